@@ -1,0 +1,36 @@
+"""The `hastune` command line: thin typer commands over the library."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from hastune.errors import EXIT_INPUT_ERROR, InputError
+
+app = typer.Typer(
+    name="hastune",
+    help="Find the Encode/Prefill/Decode deployment of a multimodal LLM with the most P90 goodput.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    from hastune.cli import evaluate, simulate, validate  # noqa: F401  (commands register here)
+
+
+def main() -> None:
+    _register()
+    try:
+        app()
+    except InputError as exc:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[bold red]error:[/] {exc.message}", markup=True)
+        sys.exit(EXIT_INPUT_ERROR)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,53 @@
+"""`hastune simulate RECIPE --config CFG --rate R`: one simulated run at one rate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hastune.cli import app
+from hastune.cli.common import dumps, fmt_s, load_inputs
+
+
+@app.command()
+def simulate(
+    recipe: Path = typer.Argument(..., help="recipe YAML"),
+    config: Path = typer.Option(..., "--config", "-c", help="deployment config YAML"),
+    rate: float = typer.Option(..., "--rate", "-r", help="arrival rate, requests/s"),
+    requests: int | None = typer.Option(None, "--requests", "-n", help="requests to simulate"),
+    seed: int | None = typer.Option(None, "--seed", help="override the recipe's seed"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Simulate a deployment at one arrival rate: TTFT/TPOT, SLO attainment, utilisation."""
+    rec, cfg, ev = load_inputs(recipe, config, requests, seed)
+    run = ev.run(cfg, rate, config)
+    s = run.summary(rec.slo)
+    s.update({"architecture": cfg.architecture, "seed": ev.seed, "wall_s": run.wall_s,
+              "percentile": rec.slo.percentile, "profile": ev.profile.name})
+    if as_json:
+        print(dumps(s))
+        return
+    con = Console(highlight=False)
+    t = Table(title=f"{rec.name}: {cfg.architecture} at {rate:g} req/s "
+              f"({s['measured']} measured of {s['requests']}, seed {ev.seed})")
+    t.add_column("metric")
+    for c in ("mean", "P50", "P90", "P99", "SLO"):
+        t.add_column(c, justify="right")
+    t.add_row("TTFT", *(fmt_s(s[f"ttft_{k}_s"]) for k in ("mean", "p50", "p90", "p99")),
+              fmt_s(rec.slo.ttft_s))
+    t.add_row("TPOT", *(fmt_s(s[f"tpot_{k}_s"]) for k in ("mean", "p50", "p90", "p99")),
+              fmt_s(rec.slo.tpot_s))
+    con.print(t)
+    u = Table(title="utilisation (busy SM share)")
+    u.add_column("stage")
+    u.add_column("utilisation", justify="right")
+    for k, v in s["utilisation"].items():
+        u.add_row(k, f"{v:.0%}")
+    con.print(u)
+    verdict = "[green]meets[/]" if s["slo_met"] else "[red]misses[/]"
+    con.print(f"SLO attainment {s['attainment']:.1%}; P{rec.slo.percentile:g} {verdict} the SLOs; "
+              f"{s['completed']} completed, {s['rejected']} rejected; "
+              f"simulated {s['requests']} requests in {run.wall_s:.3f} s")

@@ -1,0 +1,91 @@
+"""One error type for bad input: it names the file, the field and the fix.
+
+The CLI prints `InputError` as one line and exits with code 2; no traceback reaches the user.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+EXIT_INPUT_ERROR = 2
+
+
+class InputError(Exception):
+    """A user-supplied file or value is wrong. `str()` is the whole message."""
+
+    def __init__(self, file: str | Path | None, field: str | None, problem: str, fix: str):
+        self.file = str(file) if file is not None else None
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        where = self.file or "<input>"
+        if self.field:
+            where += f": {self.field}"
+        return f"{where}: {self.problem}. Fix: {self.fix}"
+
+
+def _loc_to_field(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            # pydantic puts the union tag (e.g. 'epd') in the path of discriminated unions
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts)
+
+
+_FIX_BY_TYPE = {
+    "missing": "add the field",
+    "extra_forbidden": "remove the field or check its spelling",
+    "greater_than": "use a larger value",
+    "greater_than_equal": "use a larger value",
+    "less_than": "use a smaller value",
+    "less_than_equal": "use a smaller value",
+    "int_type": "use a whole number",
+    "int_parsing": "use a whole number",
+    "int_from_float": "use a whole number",
+    "float_type": "use a number",
+    "float_parsing": "use a number",
+    "bool_type": "use true or false",
+    "string_type": "use a string",
+    "literal_error": "use one of the allowed values",
+    "enum": "use one of the allowed values",
+    "union_tag_invalid": "use one of the allowed values",
+    "union_tag_not_found": "add the field that selects the kind",
+    "dict_type": "use a mapping (key: value lines)",
+    "list_type": "use a list",
+    "model_type": "use a mapping (key: value lines)",
+}
+
+
+def from_pydantic(file: str | Path | None, err: Any, prefix: str = "") -> InputError:
+    """Turn a pydantic ValidationError into one InputError about its first problem."""
+    errors = err.errors()
+    first = errors[0]
+    field = _loc_to_field(tuple(first.get("loc", ())))
+    if prefix:
+        field = f"{prefix}.{field}" if field else prefix
+    msg = first.get("msg", "invalid value")
+    # pydantic's "Value error, ..." prefix adds nothing for the reader
+    msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    if "input" in first and first["type"] not in ("missing",):
+        shown = repr(first["input"])
+        if len(shown) <= 60 and not isinstance(first["input"], dict):
+            msg += f" (got {shown})"
+    fix = first.get("ctx", {}).get("fix") if isinstance(first.get("ctx"), dict) else None
+    if fix is None:
+        fix = _FIX_BY_TYPE.get(first["type"], "correct the value")
+        if first["type"] == "value_error" and " Fix: " in msg:
+            msg, fix = msg.split(" Fix: ", 1)
+    elif " Fix: " in msg:
+        msg = msg.split(" Fix: ", 1)[0]
+    msg = msg.rstrip(". ")
+    if len(errors) > 1:
+        msg += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return InputError(file, field or None, msg, fix)

@@ -1,0 +1,16 @@
+"""Scheduling policies shared by the simulator and the engine: pure objects, time passed in."""
+
+from __future__ import annotations
+
+from hastune.policies.batcher import PoissonGapBatcher, TimeoutBatcher, poisson_gap_kappa
+from hastune.policies.partitioner import SEED_SM_TABLE, SMPartitioner
+from hastune.policies.router import DeficitRouter
+
+__all__ = [
+    "DeficitRouter",
+    "PoissonGapBatcher",
+    "SEED_SM_TABLE",
+    "SMPartitioner",
+    "TimeoutBatcher",
+    "poisson_gap_kappa",
+]

@@ -1,0 +1,202 @@
+"""Latency profile of one model on one GPU: the clock of the simulator.
+
+A profile gives, for one model on one GPU type:
+- encode latency of a batch: fixed + per item + per encoder token (+ per token² within an item,
+  for attention), and its slowdown at an SM share f < 1 (`sm_curve`, per batch size);
+- prefill latency of a batch: fixed + per token + per token² (attention), and its SM-share curve;
+- decode step latency: fixed (weights read) + per sequence + per context token (KV read);
+- memory: GPU bytes, LLM and encoder weight bytes, KV bytes per token, activation headroom.
+
+Latencies are linear in their features so the simulator can advance a decode batch in closed
+form (see hastune.sim.decode) instead of step by step.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hastune.errors import from_pydantic
+from hastune.yamlio import read_yaml_mapping
+
+Curve = list[tuple[float, float]]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_curve(points: Curve, what: str) -> Curve:
+    if len(points) < 2:
+        raise ValueError(f"{what} needs at least two (share, relative latency) points")
+    shares = [s for s, _ in points]
+    if shares != sorted(shares) or len(set(shares)) != len(shares):
+        raise ValueError(f"{what} shares must be strictly increasing")
+    if shares[0] <= 0 or shares[-1] != 1.0:
+        raise ValueError(f"{what} shares must lie in (0, 1] and end at 1.0")
+    if abs(points[-1][1] - 1.0) > 1e-9:
+        raise ValueError(f"{what} must have relative latency 1.0 at share 1.0")
+    rels = [r for _, r in points]
+    if any(r < 1.0 - 1e-9 for r in rels) or any(a < b - 1e-9 for a, b in zip(rels, rels[1:])):
+        raise ValueError(f"{what} relative latency must be ≥ 1 and not rise as share grows")
+    return [(float(s), float(r)) for s, r in points]
+
+
+def interp_curve(points: Curve, share: float) -> float:
+    """Relative latency at `share` by linear interpolation in 1/share-free piecewise form."""
+    if share >= 1.0:
+        return 1.0
+    shares = [s for s, _ in points]
+    if share <= shares[0]:
+        # below the first point latency grows like 1/share (nothing runs at share 0)
+        return points[0][1] * shares[0] / max(share, 1e-6)
+    i = bisect_left(shares, share)
+    s0, r0 = points[i - 1]
+    s1, r1 = points[i]
+    return r0 + (r1 - r0) * (share - s0) / (s1 - s0)
+
+
+class MemorySpec(_Strict):
+    gpu_bytes: float = Field(gt=0, description="usable device memory in bytes")
+    weight_bytes: float = Field(gt=0, description="LLM weights in bytes")
+    encoder_weight_bytes: float = Field(ge=0, description="encoder + projector weights in bytes")
+    kv_bytes_per_token: float = Field(gt=0)
+    activation_bytes: float = Field(ge=0, default=0.0, description="headroom kept free")
+    utilisation: float = Field(gt=0, le=1.0, default=0.9, description="share of gpu_bytes usable")
+
+    def kv_capacity_tokens(self, with_encoder: bool = False) -> int:
+        free = self.gpu_bytes * self.utilisation - self.weight_bytes - self.activation_bytes
+        if with_encoder:
+            free -= self.encoder_weight_bytes
+        return max(0, int(free // self.kv_bytes_per_token))
+
+
+class EncodeSpec(_Strict):
+    fixed_s: float = Field(ge=0)
+    per_item_s: float = Field(ge=0, default=0.0)
+    per_token_s: float = Field(ge=0, description="per encoder input token (patch/frame)")
+    per_token_sq_s: float = Field(ge=0, default=0.0, description="× Σ tokens² per item (attention)")
+    sm_curve: dict[int, Curve] | None = Field(
+        default=None, description="batch size → [(SM share, latency relative to share 1.0)]"
+    )
+
+    @field_validator("sm_curve")
+    @classmethod
+    def _curves(cls, v: dict[int, Curve] | None) -> dict[int, Curve] | None:
+        if v is None:
+            return None
+        if not v or any(k < 1 for k in v):
+            raise ValueError("sm_curve keys are batch sizes ≥ 1")
+        return {int(k): _check_curve(pts, f"sm_curve[{k}]") for k, pts in sorted(v.items())}
+
+    def latency(self, items: int, tokens: float, tokens_sq: float) -> float:
+        """Seconds to encode a batch on the whole GPU."""
+        return (self.fixed_s + self.per_item_s * items + self.per_token_s * tokens
+                + self.per_token_sq_s * tokens_sq)
+
+    def curve_for(self, batch: int) -> Curve | None:
+        """The SM curve of the smallest profiled batch ≥ `batch` (the conservative one)."""
+        if not self.sm_curve:
+            return None
+        for k, pts in self.sm_curve.items():
+            if k >= batch:
+                return pts
+        return self.sm_curve[max(self.sm_curve)]
+
+
+class PrefillSpec(_Strict):
+    fixed_s: float = Field(ge=0)
+    per_token_s: float = Field(gt=0)
+    per_token_sq_s: float = Field(ge=0, default=0.0, description="× Σ L² (attention)")
+    max_batch_tokens: int = Field(gt=0, default=8192)
+    sm_curve: Curve = Field(
+        default=[(0.1, 9.0), (0.3, 3.2), (0.5, 1.95), (0.7, 1.38), (0.9, 1.08), (1.0, 1.0)]
+    )
+
+    @field_validator("sm_curve")
+    @classmethod
+    def _curve(cls, v: Curve) -> Curve:
+        return _check_curve(v, "sm_curve")
+
+    def latency(self, tokens: float, tokens_sq: float) -> float:
+        return self.fixed_s + self.per_token_s * tokens + self.per_token_sq_s * tokens_sq
+
+
+class DecodeSpec(_Strict):
+    fixed_s: float = Field(gt=0, description="per step, independent of batch (weights read)")
+    per_seq_s: float = Field(ge=0)
+    per_context_token_s: float = Field(ge=0, description="per token of KV read per step")
+    max_batch: int = Field(gt=0, default=256)
+
+    def step(self, batch: int, context_tokens: float) -> float:
+        return self.fixed_s + self.per_seq_s * batch + self.per_context_token_s * context_tokens
+
+
+class Profile(_Strict):
+    kind: Literal["profile"] = "profile"
+    name: str
+    model: str
+    gpu: str
+    source: str = Field(description="where the numbers come from (measured, fitted, starter)")
+    method: str = ""
+    memory: MemorySpec
+    embedding_bytes_per_token: float = Field(gt=0, description="E→P bytes per LLM token")
+    encode: EncodeSpec
+    prefill: PrefillSpec
+    decode: DecodeSpec
+    path: str | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _fits(self) -> Profile:
+        if self.memory.kv_capacity_tokens() <= 0:
+            raise ValueError(
+                "the LLM weights do not fit in GPU memory (no room left for KV cache). "
+                "Fix: check memory.gpu_bytes / weight_bytes, or use a larger GPU"
+            )
+        return self
+
+
+def load_profile(path: str | Path) -> Profile:
+    data = read_yaml_mapping(path, "profile")
+    try:
+        prof = Profile.model_validate(data)
+    except ValidationError as exc:
+        raise from_pydantic(path, exc) from None
+    return prof.model_copy(update={"path": str(path)})
+
+
+def profile_search_dirs(base: Path | None = None) -> list[Path]:
+    """Where profiles are looked up: next to the recipe, $HASTUNE_PROFILES, the shipped ones."""
+    import os
+
+    dirs: list[Path] = []
+    if base is not None:
+        dirs += [base / "profiles", base.parent / "profiles"]
+    env = os.environ.get("HASTUNE_PROFILES")
+    if env:
+        dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    dirs.append(Path(__file__).resolve().parent.parent / "profiles")
+    out: list[Path] = []
+    for d in dirs:
+        if d.is_dir() and d.resolve() not in [o.resolve() for o in out]:
+            out.append(d)
+    return out
+
+
+def find_profile(model: str, gpu: str, base: Path | None = None) -> Path | None:
+    for d in profile_search_dirs(base):
+        cand = d / gpu / f"{model}.yaml"
+        if cand.exists():
+            return cand
+    return None
+
+
+def available_profiles(base: Path | None = None) -> list[str]:
+    found = []
+    for d in profile_search_dirs(base):
+        for p in sorted(d.glob("*/*.yaml")):
+            found.append(f"{p.parent.name}/{p.stem}")
+    return sorted(set(found))

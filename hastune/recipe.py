@@ -1,0 +1,220 @@
+"""The recipe: model, cluster, workload, SLOs and how to evaluate — one YAML file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hastune.cluster import Cluster
+from hastune.errors import InputError, from_pydantic
+from hastune.profile import Profile, available_profiles, find_profile, load_profile
+from hastune.yamlio import read_yaml_mapping
+
+MODALITIES = ("text", "image", "video", "audio")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LengthDist(_Strict):
+    """A distribution of a token count (or of seconds of audio).
+
+    `fixed`: always `mean`; `uniform`: between min and max; `lognormal`/`gamma`/`normal`: with
+    the given mean and coefficient of variation, then clipped to [min, max] and rounded.
+    """
+
+    dist: Literal["fixed", "uniform", "lognormal", "gamma", "normal", "exponential"] = "lognormal"
+    mean: float | None = Field(default=None, gt=0)
+    cv: float = Field(default=0.5, ge=0)
+    min: float = Field(default=1, ge=0)
+    max: float = Field(default=1_000_000, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LengthDist:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) > max ({self.max}). Fix: make min ≤ max")
+        if self.dist != "uniform" and self.mean is None:
+            raise ValueError(f"dist {self.dist!r} needs a mean. Fix: add mean: <value>")
+        return self
+
+
+def _dist(v: object) -> object:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if v <= 0:
+            raise ValueError(f"a length must be positive (got {v}). Fix: use a value > 0")
+        return {"dist": "fixed", "mean": v, "min": 0, "max": max(float(v), 1.0)}
+    return v
+
+
+class Arrival(_Strict):
+    process: Literal["poisson", "gamma"] = "poisson"
+    cv: float = Field(default=1.0, gt=0, description="coefficient of variation of gaps (gamma)")
+
+
+class ModalityPayload(_Strict):
+    """How big one request's non-text input is, and what the encoder turns it into.
+
+    Schemes: `tokens` (give encoder_tokens and llm_tokens directly), `anyres-336` (LLaVA-1.6
+    tiles of 336 px, 577 patches → 576 tokens each, plus one base tile), `patch-14-merge-2`
+    (Qwen2.5-VL: 14 px patches, 2×2 merged; video frames in temporal pairs), `whisper`
+    (30 s windows of 1,500 frames, stacked by `stack` into LLM tokens).
+    """
+
+    scheme: Literal["tokens", "anyres-336", "patch-14-merge-2", "whisper"] = "tokens"
+    encoder_tokens: LengthDist | None = None
+    llm_tokens: LengthDist | None = None
+    resolution: tuple[int, int] | None = None
+    frames: int | None = Field(default=None, gt=0)
+    seconds: LengthDist | None = None
+    stack: int = Field(default=8, gt=0)
+    items: int = Field(default=1, gt=0, description="images per request")
+
+    @field_validator("encoder_tokens", "llm_tokens", "seconds", mode="before")
+    @classmethod
+    def _lengths(cls, v: object) -> object:
+        return _dist(v)
+
+    @field_validator("resolution")
+    @classmethod
+    def _res(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
+        if v is not None and (v[0] <= 0 or v[1] <= 0):
+            raise ValueError("resolution must be two positive pixel counts. Fix: e.g. [672, 672]")
+        return v
+
+    @model_validator(mode="after")
+    def _needs(self) -> ModalityPayload:
+        need = {
+            "tokens": ("encoder_tokens",),
+            "anyres-336": ("resolution",),
+            "patch-14-merge-2": ("resolution",),
+            "whisper": ("seconds",),
+        }[self.scheme]
+        for f in need:
+            if getattr(self, f) is None:
+                raise ValueError(f"scheme {self.scheme!r} needs {f}. Fix: add {f}")
+        return self
+
+
+class Workload(_Strict):
+    requests: int = Field(default=2000, gt=0, description="requests simulated per rate probe")
+    warmup: float = Field(default=0.1, ge=0, lt=1, description="share of first requests ignored")
+    arrival: Arrival = Field(default_factory=Arrival)
+    mix: dict[str, float] = Field(default_factory=lambda: {"text": 1.0})
+    prompt_tokens: LengthDist = Field(default_factory=lambda: LengthDist(mean=256))
+    output_tokens: LengthDist = Field(default_factory=lambda: LengthDist(mean=128))
+    modalities: dict[str, ModalityPayload] = Field(default_factory=dict)
+    trace: str | None = Field(default=None, description="JSONL request trace (path)")
+
+    @field_validator("prompt_tokens", "output_tokens", mode="before")
+    @classmethod
+    def _lengths(cls, v: object) -> object:
+        return _dist(v)
+
+    @field_validator("mix")
+    @classmethod
+    def _mix(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, w in v.items():
+            if k not in MODALITIES:
+                raise ValueError(f"unknown modality {k!r}. Fix: use {', '.join(MODALITIES)}")
+            if w < 0:
+                raise ValueError(f"mix weight of {k} is negative. Fix: use a share ≥ 0")
+        if sum(v.values()) <= 0:
+            raise ValueError("mix weights sum to 0. Fix: give at least one positive share")
+        return v
+
+    @model_validator(mode="after")
+    def _payloads(self) -> Workload:
+        for k in self.modalities:
+            if k not in MODALITIES or k == "text":
+                raise ValueError(
+                    f"modalities has {k!r}. Fix: describe only image, video or audio payloads"
+                )
+        if self.trace is None:
+            for k, w in self.mix.items():
+                if k != "text" and w > 0 and k not in self.modalities:
+                    raise ValueError(
+                        f"mix has {k} but modalities.{k} does not say its size. "
+                        f"Fix: add modalities.{k} (e.g. scheme: tokens, encoder_tokens: 576)"
+                    )
+        return self
+
+
+class SLO(_Strict):
+    ttft_s: float = Field(gt=0)
+    tpot_s: float = Field(gt=0)
+    percentile: float = Field(default=90.0, gt=0, le=100)
+    criterion: Literal["percentile", "attainment"] = "percentile"
+    attainment: float = Field(default=0.9, gt=0, le=1, description="for criterion: attainment")
+
+
+class Evaluator(_Strict):
+    kind: Literal["sim"] = "sim"
+    tolerance: float = Field(default=0.02, gt=0, lt=1, description="relative bisection width")
+    max_probes: int = Field(default=30, ge=3)
+    start_rate: float | None = Field(default=None, gt=0, description="first rate tried (req/s)")
+
+
+ArchName = Literal["epd", "epd-static"]
+
+
+class Recipe(_Strict):
+    kind: Literal["recipe"] = "recipe"
+    name: str = "recipe"
+    model: str = Field(description="model name; with cluster.gpu selects profiles/<gpu>/<model>")
+    profile: str | None = Field(default=None, description="explicit profile path")
+    cluster: Cluster
+    workload: Workload = Field(default_factory=Workload)
+    slo: SLO
+    architecture: Union[ArchName, list[ArchName]] = "epd"
+    search_space: str | None = None
+    evaluator: Evaluator = Field(default_factory=Evaluator)
+    seed: int = Field(default=0, ge=0)
+    path: str | None = Field(default=None, exclude=True)
+
+    @property
+    def architectures(self) -> list[str]:
+        a = self.architecture
+        return list(a) if isinstance(a, list) else [a]
+
+    @property
+    def base_dir(self) -> Path:
+        return Path(self.path).resolve().parent if self.path else Path.cwd()
+
+    def resolve(self, rel: str) -> Path:
+        p = Path(rel)
+        return p if p.is_absolute() else self.base_dir / p
+
+    def load_profile(self) -> Profile:
+        if self.profile:
+            p = self.resolve(self.profile)
+            if not p.exists():
+                raise InputError(self.path, "profile", f"profile file {self.profile} not found",
+                                 "check the path (relative to the recipe)")
+        else:
+            found = find_profile(self.model, self.cluster.gpu, self.base_dir)
+            if found is None:
+                have = available_profiles(self.base_dir)
+                raise InputError(
+                    self.path, "model",
+                    f"no profile for model {self.model!r} on GPU {self.cluster.gpu!r}",
+                    "use one of: " + (", ".join(have) if have else "(none found)")
+                    + " (as cluster.gpu/model), set profile: <path>, or run `hastune profile`",
+                )
+            p = found
+        prof = load_profile(p)
+        if prof.model != self.model and not self.profile:
+            raise InputError(p, "model", f"profile is for {prof.model!r}, recipe wants "
+                             f"{self.model!r}", "fix the profile's model field")
+        return prof
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    data = read_yaml_mapping(path, "recipe")
+    try:
+        rec = Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise from_pydantic(path, exc) from None
+    return rec.model_copy(update={"path": str(path)})

@@ -1,0 +1,92 @@
+"""What one simulated (or measured) run yields, and its latency statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hastune.recipe import SLO
+
+
+@dataclass
+class RunResult:
+    """Per-request TTFT/TPOT (seconds) of one run at one rate. Rejected requests have TTFT and
+    TPOT = inf; requests with one output token have TPOT = nan (no inter-token time)."""
+
+    rate: float
+    ttft: np.ndarray
+    tpot: np.ndarray
+    warmup: int = 0
+    rejected: int = 0
+    utilisation: dict[str, float] = field(default_factory=dict)
+    sim_time_s: float = 0.0
+    events: int = 0
+    wall_s: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def measured(self) -> slice:
+        return slice(self.warmup, None)
+
+    def ttft_measured(self) -> np.ndarray:
+        return self.ttft[self.measured]
+
+    def tpot_measured(self) -> np.ndarray:
+        x = self.tpot[self.measured]
+        return x[~np.isnan(x)]
+
+    @property
+    def completed(self) -> int:
+        return int(np.isfinite(self.ttft).sum())
+
+    def percentile(self, which: str, q: float) -> float:
+        x = self.ttft_measured() if which == "ttft" else self.tpot_measured()
+        if x.size == 0:
+            return 0.0
+        # inf (rejected) sorts last, so a percentile over them is inf when they matter
+        return float(np.percentile(x, q, method="higher"))
+
+    def attainment(self, slo: SLO) -> float:
+        ttft = self.ttft_measured()
+        tpot = self.tpot[self.measured]
+        ok = (ttft <= slo.ttft_s) & (np.isnan(tpot) | (tpot <= slo.tpot_s))
+        return float(ok.mean()) if ok.size else 0.0
+
+    def passes(self, slo: SLO) -> bool:
+        if slo.criterion == "attainment":
+            return self.attainment(slo) >= slo.attainment
+        return (self.percentile("ttft", slo.percentile) <= slo.ttft_s
+                and self.percentile("tpot", slo.percentile) <= slo.tpot_s)
+
+    def summary(self, slo: SLO) -> dict:
+        def stats(x: np.ndarray) -> dict[str, float]:
+            if x.size == 0:
+                return {"mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0}
+            fin = x[np.isfinite(x)]
+            return {
+                "mean": float(fin.mean()) if fin.size == x.size else float("inf"),
+                "p50": float(np.percentile(x, 50, method="higher")),
+                "p90": float(np.percentile(x, 90, method="higher")),
+                "p99": float(np.percentile(x, 99, method="higher")),
+            }
+
+        t = stats(self.ttft_measured())
+        p = stats(self.tpot_measured())
+        return {
+            "rate_rps": self.rate,
+            "requests": int(self.ttft.size),
+            "measured": int(self.ttft.size - self.warmup),
+            "completed": self.completed,
+            "rejected": self.rejected,
+            "ttft_mean_s": t["mean"], "ttft_p50_s": t["p50"], "ttft_p90_s": t["p90"],
+            "ttft_p99_s": t["p99"],
+            "tpot_mean_s": p["mean"], "tpot_p50_s": p["p50"], "tpot_p90_s": p["p90"],
+            "tpot_p99_s": p["p99"],
+            "attainment": self.attainment(slo),
+            "slo_met": self.passes(slo),
+            "utilisation": dict(self.utilisation),
+            "sim_time_s": self.sim_time_s,
+            "events": self.events,
+            **self.extra,
+        }

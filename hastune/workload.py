@@ -1,0 +1,200 @@
+"""Request sets: sampled from a recipe's workload, or read from a JSONL trace.
+
+Common random numbers: a RequestSet holds unit-rate arrival gaps; `arrivals(rate)` scales them,
+so every rate and every deployment compared sees the same requests in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hastune.errors import InputError
+from hastune.recipe import MODALITIES, LengthDist, ModalityPayload, Workload
+
+MODALITY_CODE = {m: i for i, m in enumerate(MODALITIES)}
+
+
+@dataclass(frozen=True)
+class RequestSet:
+    """Per-request arrays (length n). `gaps` are unit-mean inter-arrival gaps."""
+
+    gaps: np.ndarray
+    modality: np.ndarray         # int codes into MODALITIES
+    encoder_tokens: np.ndarray   # encoder input units (patches, audio frames); 0 for text
+    llm_tokens: np.ndarray       # multimodal embedding tokens fed to the LLM
+    prompt_tokens: np.ndarray    # text tokens
+    output_tokens: np.ndarray    # tokens generated, ≥ 1
+    seed: int
+
+    def __len__(self) -> int:
+        return int(self.gaps.shape[0])
+
+    def arrivals(self, rate: float) -> np.ndarray:
+        if rate <= 0:
+            raise ValueError("rate must be > 0")
+        return np.cumsum(self.gaps) / rate
+
+    @property
+    def prefill_tokens(self) -> np.ndarray:
+        return self.prompt_tokens + self.llm_tokens
+
+
+def sample_lengths(d: LengthDist, n: int, rng: np.random.Generator) -> np.ndarray:
+    if d.dist == "fixed":
+        x = np.full(n, float(d.mean))
+    elif d.dist == "uniform":
+        x = rng.uniform(d.min, d.max, n)
+    else:
+        mean, cv = float(d.mean), d.cv
+        if cv == 0:
+            x = np.full(n, mean)
+        elif d.dist == "lognormal":
+            sigma2 = math.log1p(cv * cv)
+            x = rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), n)
+        elif d.dist == "gamma":
+            k = 1.0 / (cv * cv)
+            x = rng.gamma(k, mean / k, n)
+        elif d.dist == "exponential":
+            x = rng.exponential(mean, n)
+        else:  # normal
+            x = rng.normal(mean, cv * mean, n)
+    return np.clip(np.rint(x), max(d.min, 0), d.max)
+
+
+def payload_tokens(p: ModalityPayload, n: int, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(encoder tokens, LLM tokens) for n requests of one modality."""
+    if p.scheme == "tokens":
+        enc = sample_lengths(p.encoder_tokens, n, rng) * p.items  # type: ignore[arg-type]
+        llm = (sample_lengths(p.llm_tokens, n, rng) * p.items if p.llm_tokens is not None
+               else enc.copy())
+        return enc, llm
+    if p.scheme == "anyres-336":
+        w, h = p.resolution  # type: ignore[misc]
+        tiles = min(math.ceil(w / 336) * math.ceil(h / 336), 4) + 1  # grid ≤ 2×2, plus base
+        return (np.full(n, 577.0 * tiles * p.items), np.full(n, 576.0 * tiles * p.items))
+    if p.scheme == "patch-14-merge-2":
+        w, h = p.resolution  # type: ignore[misc]
+        per_frame = math.ceil(h / 28) * 2 * math.ceil(w / 28) * 2
+        groups = math.ceil(p.frames / 2) if p.frames else 1
+        enc = float(per_frame * groups * p.items)
+        return np.full(n, enc), np.full(n, enc / 4)
+    # whisper: 30 s windows of 1,500 frames; LLM tokens after stacking
+    secs = sample_lengths(p.seconds, n, rng)  # type: ignore[arg-type]
+    windows = np.maximum(1, np.ceil(secs / 30.0))
+    frames = np.ceil(secs * 50.0)
+    return windows * 1500.0, np.ceil(frames / p.stack)
+
+
+def sample_requests(w: Workload, n: int | None, seed: int, base: Path | None = None,
+                    arrival_cv: float | None = None) -> RequestSet:
+    """Draw n requests from a workload (or read its trace). Same (w, n, seed) → same set."""
+    n = n or w.requests
+    if w.trace:
+        path = Path(w.trace)
+        if base is not None and not path.is_absolute():
+            path = base / path
+        return load_trace(path, n, seed, w)
+    rng = np.random.default_rng(seed)
+    gaps = _gaps(w, n, rng, arrival_cv)
+    names = [m for m in MODALITIES if w.mix.get(m, 0) > 0]
+    probs = np.array([w.mix[m] for m in names], dtype=float)
+    probs /= probs.sum()
+    mod_idx = rng.choice(len(names), size=n, p=probs)
+    modality = np.array([MODALITY_CODE[names[i]] for i in mod_idx], dtype=np.int64)
+    prompt = sample_lengths(w.prompt_tokens, n, rng)
+    output = np.maximum(1, sample_lengths(w.output_tokens, n, rng))
+    enc = np.zeros(n)
+    llm = np.zeros(n)
+    for m, payload in w.modalities.items():
+        sel = modality == MODALITY_CODE[m]
+        k = int(sel.sum())
+        if k:
+            e, l_ = payload_tokens(payload, k, rng)
+            enc[sel], llm[sel] = e, l_
+    return RequestSet(gaps, modality, enc, llm, prompt, output, seed)
+
+
+def _gaps(w: Workload, n: int, rng: np.random.Generator, cv: float | None = None) -> np.ndarray:
+    if w.arrival.process == "poisson" and cv is None:
+        return rng.exponential(1.0, n)
+    cv = cv if cv is not None else w.arrival.cv
+    k = 1.0 / (cv * cv)
+    return rng.gamma(k, 1.0 / k, n)
+
+
+_TRACE_FIELDS = ("prompt_tokens", "output_tokens")
+
+
+def load_trace(path: Path, n: int | None, seed: int, w: Workload | None = None) -> RequestSet:
+    """Read a JSONL trace: one object per line with prompt_tokens, output_tokens and optionally
+    modality, encoder_tokens, llm_tokens, arrival_s. With arrival_s the trace's own gaps are kept
+    (normalised to unit mean, so `arrivals(rate)` replays it at `rate`); without, Poisson gaps
+    drawn from `seed`. The trace is cycled if shorter than n."""
+    if not path.exists():
+        raise InputError(path, None, "trace file not found", "check workload.trace")
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(path, f"line {lineno}", f"not valid JSON ({exc.msg})",
+                                 "write one JSON object per line") from None
+            if not isinstance(obj, dict):
+                raise InputError(path, f"line {lineno}", "not a JSON object",
+                                 'write objects like {"prompt_tokens": 100, "output_tokens": 50}')
+            for f in _TRACE_FIELDS:
+                v = obj.get(f)
+                least = 1 if f == "output_tokens" else 0
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or v < least:
+                    raise InputError(path, f"line {lineno}: {f}",
+                                     f"missing or not a valid count (got {v!r})",
+                                     f"give {f} as a whole number ≥ {least}")
+            mod = obj.get("modality", "text")
+            if mod not in MODALITY_CODE:
+                raise InputError(path, f"line {lineno}: modality", f"unknown modality {mod!r}",
+                                 f"use one of {', '.join(MODALITIES)}")
+            for f in ("encoder_tokens", "llm_tokens", "arrival_s"):
+                v = obj.get(f, 0)
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+                    raise InputError(path, f"line {lineno}: {f}", f"not a number ≥ 0 (got {v!r})",
+                                     f"give {f} as a number ≥ 0")
+            rows.append(obj)
+    if not rows:
+        raise InputError(path, None, "the trace has no requests",
+                         "add JSONL lines, one per request")
+    n = n or len(rows)
+    rows = [rows[i % len(rows)] for i in range(n)]
+    rng = np.random.default_rng(seed)
+    if all("arrival_s" in r for r in rows[: min(n, len(rows))]) and len(rows) > 1:
+        t = np.array([float(r["arrival_s"]) for r in rows])
+        gaps = np.diff(t, prepend=t[0])
+        if np.any(gaps < 0) or gaps.sum() <= 0:
+            gaps = rng.exponential(1.0, n)
+        else:
+            gaps = gaps / gaps[1:].mean()
+    else:
+        gaps = rng.exponential(1.0, n)
+    modality = np.array([MODALITY_CODE[r.get("modality", "text")] for r in rows], dtype=np.int64)
+    enc = np.array([float(r.get("encoder_tokens", 0)) for r in rows])
+    llm = np.array([float(r.get("llm_tokens", r.get("encoder_tokens", 0))) for r in rows])
+    if w is not None:  # fill sizes from the recipe's payloads where the trace does not say
+        for m, payload in w.modalities.items():
+            sel = (modality == MODALITY_CODE[m]) & (enc == 0)
+            if sel.any():
+                e, l_ = payload_tokens(payload, int(sel.sum()), rng)
+                enc[sel], llm[sel] = e, l_
+    return RequestSet(
+        gaps, modality, enc, llm,
+        np.array([float(r["prompt_tokens"]) for r in rows]),
+        np.array([max(1.0, float(r["output_tokens"])) for r in rows]),
+        seed,
+    )

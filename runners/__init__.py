@@ -1,0 +1,1 @@
+"""The serving engine that runs hastune's deployment configs (under construction)."""
