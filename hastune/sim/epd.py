@@ -140,7 +140,7 @@ class EPDSimulator:
                 push(ft, PRIO_DONE, PF_DONE, wi, w.version)
 
         def route(e: int, r: int, t: float) -> None:
-            if static or (n_P and router.route()):
+            if n_P and router.route():  # epd-static: s = 1, always remote
                 wi = remote_idx[0]
                 best = pws[wi].outstanding
                 for j in remote_idx:
