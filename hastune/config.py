@@ -9,7 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from hastune.errors import InputError, from_pydantic
 from hastune.yamlio import read_yaml_mapping
@@ -41,14 +49,15 @@ class EPDConfig(_Base):
         default=50.0, gt=0.0,
         description="cap on the batcher's gap g (null: the paper's uncapped g)")
 
-    @model_validator(mode="after")
-    def _structure(self) -> EPDConfig:
-        if self.n_P == 0 and self.s > 0:
+    @field_validator("s")
+    @classmethod
+    def _remote_needs_pool(cls, s: float, info: ValidationInfo) -> float:
+        if s > 0 and info.data.get("n_P") == 0:
             raise ValueError(
-                f"s = {self.s} sends prefills to a remote pool but n_P = 0. "
+                f"s = {s} sends prefills to a remote pool but n_P = 0. "
                 "Fix: set s: 0, or give n_P ≥ 1"
             )
-        return self
+        return s
 
     @property
     def gpus(self) -> int:

@@ -23,9 +23,7 @@ class InputError(Exception):
 
     @property
     def message(self) -> str:
-        where = self.file or "<input>"
-        if self.field:
-            where += f": {self.field}"
+        where = ": ".join(x for x in (self.file, self.field) if x) or "<input>"
         return f"{where}: {self.problem}. Fix: {self.fix}"
 
 
@@ -43,10 +41,10 @@ def _loc_to_field(loc: tuple[Any, ...]) -> str:
 _FIX_BY_TYPE = {
     "missing": "add the field",
     "extra_forbidden": "remove the field or check its spelling",
-    "greater_than": "use a larger value",
-    "greater_than_equal": "use a larger value",
-    "less_than": "use a smaller value",
-    "less_than_equal": "use a smaller value",
+    "greater_than": "use a value > {gt}",
+    "greater_than_equal": "use a value ≥ {ge}",
+    "less_than": "use a value < {lt}",
+    "less_than_equal": "use a value ≤ {le}",
     "int_type": "use a whole number",
     "int_parsing": "use a whole number",
     "int_from_float": "use a whole number",
@@ -54,38 +52,53 @@ _FIX_BY_TYPE = {
     "float_parsing": "use a number",
     "bool_type": "use true or false",
     "string_type": "use a string",
-    "literal_error": "use one of the allowed values",
-    "enum": "use one of the allowed values",
-    "union_tag_invalid": "use one of the allowed values",
+    "literal_error": "use {expected}",
+    "enum": "use {expected}",
+    "union_tag_invalid": "use one of {expected_tags}",
     "union_tag_not_found": "add the field that selects the kind",
     "dict_type": "use a mapping (key: value lines)",
     "list_type": "use a list",
     "model_type": "use a mapping (key: value lines)",
 }
 
+# pydantic messages that say less than they could
+_MSG_BY_TYPE = {"extra_forbidden": "unknown field"}
+
+
+def _fix_for(kind: str, ctx: dict[str, Any]) -> str:
+    template = _FIX_BY_TYPE.get(kind, "correct the value")
+    shown = {k: f"{v:g}" if isinstance(v, float) else v for k, v in ctx.items()}
+    try:
+        return template.format(**shown)
+    except (KeyError, IndexError, ValueError):
+        return "use one of the allowed values" if "{expected" in template else "correct the value"
+
 
 def from_pydantic(file: str | Path | None, err: Any, prefix: str = "") -> InputError:
     """Turn a pydantic ValidationError into one InputError about its first problem."""
     errors = err.errors()
     first = errors[0]
+    kind = first["type"]
+    ctx = first.get("ctx") if isinstance(first.get("ctx"), dict) else {}
     field = _loc_to_field(tuple(first.get("loc", ())))
     if prefix:
         field = f"{prefix}.{field}" if field else prefix
-    msg = first.get("msg", "invalid value")
+    msg = _MSG_BY_TYPE.get(kind) or first.get("msg", "invalid value")
     # pydantic's "Value error, ..." prefix adds nothing for the reader
     msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    if "input" in first and first["type"] not in ("missing",):
-        shown = repr(first["input"])
-        if len(shown) <= 60 and not isinstance(first["input"], dict):
-            msg += f" (got {shown})"
-    fix = first.get("ctx", {}).get("fix") if isinstance(first.get("ctx"), dict) else None
+    # validators write "problem. Fix: fix" in one string; split it before adding anything
+    fix = ctx.get("fix")
+    if " Fix: " in msg:
+        msg, inline_fix = msg.split(" Fix: ", 1)
+        fix = fix or inline_fix.rstrip(". ")
     if fix is None:
-        fix = _FIX_BY_TYPE.get(first["type"], "correct the value")
-        if first["type"] == "value_error" and " Fix: " in msg:
-            msg, fix = msg.split(" Fix: ", 1)
-    elif " Fix: " in msg:
-        msg = msg.split(" Fix: ", 1)[0]
+        fix = _fix_for(kind, ctx)
     msg = msg.rstrip(". ")
+    if "input" in first and kind != "missing":
+        value = first["input"]
+        shown = repr(value)
+        if len(shown) <= 60 and not isinstance(value, dict) and shown not in msg:
+            msg += f" (got {shown})"
     if len(errors) > 1:
         msg += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
     return InputError(file, field or None, msg, fix)

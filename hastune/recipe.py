@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from hastune.cluster import Cluster
 from hastune.errors import InputError, from_pydantic
@@ -105,7 +113,7 @@ class Workload(_Strict):
     mix: dict[str, float] = Field(default_factory=lambda: {"text": 1.0})
     prompt_tokens: LengthDist = Field(default_factory=lambda: LengthDist(mean=256))
     output_tokens: LengthDist = Field(default_factory=lambda: LengthDist(mean=128))
-    modalities: dict[str, ModalityPayload] = Field(default_factory=dict)
+    modalities: dict[str, ModalityPayload] = Field(default_factory=dict, validate_default=True)
     trace: str | None = Field(default=None, description="JSONL request trace (path)")
 
     @field_validator("prompt_tokens", "output_tokens", mode="before")
@@ -125,21 +133,32 @@ class Workload(_Strict):
             raise ValueError("mix weights sum to 0. Fix: give at least one positive share")
         return v
 
-    @model_validator(mode="after")
-    def _payloads(self) -> Workload:
-        for k in self.modalities:
+    @field_validator("modalities")
+    @classmethod
+    def _payloads(cls, v: dict[str, ModalityPayload], info: ValidationInfo
+                  ) -> dict[str, ModalityPayload]:
+        for k in v:
             if k not in MODALITIES or k == "text":
                 raise ValueError(
                     f"modalities has {k!r}. Fix: describe only image, video or audio payloads"
                 )
-        if self.trace is None:
-            for k, w in self.mix.items():
-                if k != "text" and w > 0 and k not in self.modalities:
-                    raise ValueError(
-                        f"mix has {k} but modalities.{k} does not say its size. "
-                        f"Fix: add modalities.{k} (e.g. scheme: tokens, encoder_tokens: 576)"
-                    )
-        return self
+        for k, w in (info.data.get("mix") or {}).items():
+            if k != "text" and w > 0 and k not in v:
+                raise ValueError(
+                    f"mix has {k} but modalities.{k} does not say its size. "
+                    f"Fix: add modalities.{k} (e.g. scheme: tokens, encoder_tokens: 576), "
+                    "or give a trace with encoder_tokens"
+                )
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trace_sizes(cls, data: object) -> object:
+        # a trace may carry sizes itself: then mix/modalities are not required to match
+        if isinstance(data, dict) and data.get("trace") and "modalities" not in data:
+            data = {**data, "modalities": {}}
+            data.setdefault("mix", {"text": 1.0})
+        return data
 
 
 class SLO(_Strict):
@@ -201,7 +220,7 @@ class Recipe(_Strict):
                     self.path, "model",
                     f"no profile for model {self.model!r} on GPU {self.cluster.gpu!r}",
                     "use one of: " + (", ".join(have) if have else "(none found)")
-                    + " (as cluster.gpu/model), set profile: <path>, or run `hastune profile`",
+                    + " (as cluster.gpu/model), or set profile: <path to a profile YAML>",
                 )
             p = found
         prof = load_profile(p)

@@ -48,9 +48,10 @@ def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
         problem = exc.problem or exc.context or "invalid YAML"
-        raise InputError(
-            p, None, f"invalid YAML at {where}: {problem}", "correct the YAML syntax there"
-        ) from None
+        fix = "correct the YAML syntax there"
+        if problem.startswith("duplicate key"):
+            fix = "keep only one of the two entries for that key"
+        raise InputError(p, None, f"invalid YAML at {where}: {problem}", fix) from None
     except yaml.YAMLError as exc:
         raise InputError(p, None, f"invalid YAML: {exc}", "correct the YAML syntax") from None
     if data is None:

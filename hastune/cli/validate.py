@@ -38,7 +38,7 @@ def validate_file(path: Path) -> tuple[str, str]:
     from hastune.recipe import load_recipe
     from hastune.workload import sample_requests
 
-    data = read_yaml_mapping(path, "input")
+    data = read_yaml_mapping(path, "recipe/config/profile")
     kind = detect_kind(data, path)
     if kind == "deployment":
         cfg = parse_config(data, path)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -92,7 +94,7 @@ class EPDSimulator:
         dws = [DecodeWorker(prof.decode, self.decode_cap, n_E + n_P + k) for k in range(n_D)]
         inflight = [0.0] * n_D  # KV tokens routed to a decode worker, still on the wire
 
-        enc_queue: list[list[list[int]]] = [[] for _ in range(n_E)]
+        enc_queue: list[deque[list[int]]] = [deque() for _ in range(n_E)]
         enc_batch: list[list[int] | None] = [None] * n_E
         enc_share = [1.0] * n_E
         enc_start = [0.0] * n_E
@@ -102,22 +104,32 @@ class EPDSimulator:
         timer_ver = [0] * n_E
 
         q = EventQueue()
-        push = q.push
         heap = q.heap
+        seq = q.seq
+
+        def push(t: float, prio: int, kind: int, a: object, b: object = None) -> None:
+            heappush(heap, (t, prio, next(seq), kind, a, b))
+
+        share_of: dict[int, tuple[float, float]] = {}  # batch size → (share, slowdown)
 
         def start_encode(e: int, t: float) -> None:
-            batch = enc_queue[e].pop(0)
+            batch = enc_queue[e].popleft()
             toks = 0.0
             sq = 0.0
             for r in batch:
                 x = enc_tok[r]
                 toks += x
                 sq += x * x
-            f = 1.0 if static else partition(len(batch))
-            dur = e_fixed + e_item * len(batch) + e_tok * toks + e_sq * sq
-            if f < 1.0:
-                curve = enc_spec.curve_for(len(batch))
-                dur *= interp_curve(curve, f) if curve else 1.0 + self.partitioner.budget
+            nb = len(batch)
+            fs = share_of.get(nb)
+            if fs is None:
+                f = 1.0 if static else partition(nb)
+                curve = enc_spec.curve_for(nb)
+                slow = (1.0 if f >= 1.0 else interp_curve(curve, f) if curve
+                        else 1.0 + self.partitioner.budget)
+                fs = share_of[nb] = (f, slow)
+            f = fs[0]
+            dur = (e_fixed + e_item * nb + e_tok * toks + e_sq * sq) * fs[1]
             enc_batch[e] = batch
             enc_share[e] = f
             enc_start[e] = t
@@ -159,13 +171,13 @@ class EPDSimulator:
                 prefill_enqueue(e, r, t)
 
         i = 0
+        popped = 0
         rr_text = 0
         rr = 0
         while True:
             if i < n and (not heap or arr[i] < heap[0][0]
                           or (arr[i] == heap[0][0] and heap[0][1] >= PRIO_ARRIVE)):
                 t = arr[i]
-                q.now = t
                 r = i
                 i += 1
                 if enc_tok[r] <= 0:  # text only: straight to prefill
@@ -193,7 +205,8 @@ class EPDSimulator:
                 continue
             if not heap:
                 break
-            t, _, _, kind, a, b_ = q.pop()
+            t, _, _, kind, a, b_ = heappop(heap)
+            popped += 1
             if kind == DEC_WAKE:
                 dw = dws[a]
                 if b_ == dw.version:
@@ -209,6 +222,10 @@ class EPDSimulator:
             elif kind == PF_DONE:
                 w = pws[a]
                 if b_ != w.version:
+                    continue
+                if t < w.due:  # slowed down after this event was planned
+                    w.planned = w.due
+                    push(w.due, PRIO_DONE, PF_DONE, a, b_)
                     continue
                 for r in w.finish(t):
                     w.outstanding -= pre_tok[r]
@@ -259,7 +276,7 @@ class EPDSimulator:
                         timer_at[e] = d
                         push(d, PRIO_TIMER, ENC_TIMER, e, timer_ver[e])
 
-        end = q.now
+        end = t if n else 0.0
         start = arr[0] if n else 0.0
         span = max(end - start, 1e-12)
         ttft = np.array(t_first) - np.array(arr)
@@ -290,6 +307,6 @@ class EPDSimulator:
         }
         return RunResult(
             rate=rate, ttft=ttft, tpot=tpot, warmup=int(self.warmup * n),
-            rejected=len(rejected), utilisation=util, sim_time_s=span, events=q.popped + n,
+            rejected=len(rejected), utilisation=util, sim_time_s=span, events=popped + n,
             wall_s=time.perf_counter() - wall0, extra=extra,
         )

@@ -8,6 +8,7 @@ error, never silently fixed.
 from __future__ import annotations
 
 from heapq import heappop, heappush
+from itertools import count
 
 # Same-time order: work that frees a resource finishes before new work is admitted, and timers
 # (batch deadlines) fire last, after every arrival of that instant has been seen.
@@ -21,15 +22,16 @@ class EventQueue:
 
     def __init__(self) -> None:
         self.heap: list[tuple] = []
-        self.seq = 0
+        # Hot loops may push `(t, prio, next(q.seq), kind, a, b)` with heapq directly; they
+        # must then only schedule at t ≥ now (durations are validated ≥ 0 at their source).
+        self.seq = count()
         self.now = 0.0
         self.popped = 0
 
     def push(self, t: float, prio: int, kind: int, a: object = None, b: object = None) -> None:
         if t < self.now:
             raise ValueError(f"event scheduled in the past: t={t} < now={self.now}")
-        heappush(self.heap, (t, prio, self.seq, kind, a, b))
-        self.seq += 1
+        heappush(self.heap, (t, prio, next(self.seq), kind, a, b))
 
     def pop(self) -> tuple:
         ev = heappop(self.heap)

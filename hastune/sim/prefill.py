@@ -2,7 +2,9 @@
 
 A worker may share its GPU (a local prefill on an encode GPU): its speed then follows its SM
 share through the profile's prefill curve, and a share change mid-batch re-times the batch
-(remaining work is kept; the completion event is re-planned and the old one invalidated).
+(remaining work is kept). A completion that moves earlier is re-planned (the old event is
+invalidated by the version); one that moves later keeps its event, which on firing finds
+`due` later than now and is pushed again — half the events of re-planning every change.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from hastune.profile import PrefillSpec, interp_curve
 class PrefillWorker:
     __slots__ = ("spec", "gpu", "queue", "batch", "remaining", "rate", "share", "last_t",
                  "version", "outstanding", "sm_busy_s", "curve", "fixed", "per_tok", "per_sq",
-                 "max_tokens", "batches")
+                 "max_tokens", "batches", "_rates", "due", "planned")
 
     def __init__(self, spec: PrefillSpec, gpu: int, share: float = 1.0):
         self.spec = spec
@@ -27,12 +29,22 @@ class PrefillWorker:
         self.batch: list[int] | None = None
         self.remaining = 0.0  # seconds of full-GPU work left in the running batch
         self.share = share
-        self.rate = 1.0 / interp_curve(self.curve, share)
+        self._rates: dict[float, float] = {}
+        self.rate = self.rate_at(share)
         self.last_t = 0.0
         self.version = 0
         self.outstanding = 0.0  # tokens queued or running: what routing balances
         self.sm_busy_s = 0.0
         self.batches = 0
+        self.due = 0.0      # when the running batch will really finish
+        self.planned = 0.0  # the time of its live completion event
+
+    def rate_at(self, share: float) -> float:
+        """Speed relative to the whole GPU at an SM share (cached: shares repeat)."""
+        r = self._rates.get(share)
+        if r is None:
+            r = self._rates[share] = 1.0 / interp_curve(self.curve, share)
+        return r
 
     def start(self, t: float) -> float | None:
         """Start the next batch if idle and work waits; returns its completion time."""
@@ -52,7 +64,8 @@ class PrefillWorker:
         self.remaining = self.fixed + self.per_tok * total + self.per_sq * sq
         self.last_t = t
         self.version += 1
-        return t + self.remaining / self.rate
+        self.due = self.planned = t + self.remaining / self.rate
+        return self.due
 
     def finish(self, t: float) -> list[int]:
         self.sm_busy_s += self.share * (t - self.last_t)
@@ -60,10 +73,11 @@ class PrefillWorker:
         return batch  # type: ignore[return-value]
 
     def set_share(self, t: float, share: float) -> float | None:
-        """Change the SM share at t; returns the new completion time if a batch is running."""
+        """Change the SM share at t; returns a completion time to schedule (with the new
+        version) when the running batch now ends before its live event, else None."""
         if share == self.share:
             return None
-        new_rate = 1.0 / interp_curve(self.curve, share)
+        new_rate = self.rate_at(share)
         if self.batch is None:
             self.share, self.rate = share, new_rate
             return None
@@ -73,5 +87,9 @@ class PrefillWorker:
             self.remaining = 0.0
         self.sm_busy_s += self.share * dt
         self.share, self.rate, self.last_t = share, new_rate, t
+        self.due = t + self.remaining / self.rate
+        if self.due >= self.planned:
+            return None  # the live event fires early and is pushed again to `due`
         self.version += 1
-        return t + self.remaining / self.rate
+        self.planned = self.due
+        return self.due

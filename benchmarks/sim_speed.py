@@ -1,0 +1,61 @@
+"""Simulator speed: simulated requests per wall-second at ~80% of goodput, and the seconds one
+full `evaluate` (goodput search) takes, for 8-GPU deployments of the shipped recipes.
+
+Run: OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/sim_speed.py [--requests 2000] [--repeat 5]
+Targets (one core): ≥ 50,000 simulated requests/s; one evaluate (2,000 requests/probe) ≤ 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from hastune.config import load_config
+from hastune.evaluate import Evaluation
+from hastune.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = [
+    ("audio-ultravox-8xa100.yaml", "epd-2-2-4.yaml"),
+    ("audio-ultravox-8xa100.yaml", "epd-static-2-2-4.yaml"),
+    ("image-llava-8xa100.yaml", "epd-2-2-4.yaml"),
+    ("video-qwen-8xa100.yaml", "epd-2-2-4.yaml"),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    print(f"{'recipe':28} {'config':24} {'goodput':>9} {'rate':>8} {'req/s':>9} "
+          f"{'events/s':>10} {'evaluate_s':>10} {'probes':>6}")
+    for recipe, config in CASES:
+        rec = load_recipe(ROOT / "examples" / recipe)
+        cfg = load_config(ROOT / "examples" / "configs" / config)
+        ev = Evaluation(rec, requests=args.requests)
+        sim = ev.simulator(cfg)
+        times = []
+        res = None
+        for _ in range(max(1, args.repeat // 2 + 1)):
+            t0 = time.perf_counter()
+            res = ev.goodput(cfg)
+            times.append(time.perf_counter() - t0)
+        assert res is not None
+        rate = 0.8 * res.goodput_rps
+        walls, events = [], 0
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            run = sim.run(ev.requests, rate)
+            walls.append(time.perf_counter() - t0)
+            events = run.events
+        w = statistics.median(walls)
+        print(f"{recipe:28} {config:24} {res.goodput_rps:9.3f} {rate:8.3f} "
+              f"{args.requests / w:9.0f} {events / w:10.0f} {statistics.median(times):10.3f} "
+              f"{len(res.probes):6d}")
+
+
+if __name__ == "__main__":
+    main()
