@@ -134,7 +134,7 @@ class EPDSimulator:
             enc_share[e] = f
             enc_start[e] = t
             enc_batches[e] += 1
-            push(t + dur, PRIO_DONE, ENC_DONE, e)
+            heappush(heap, (t + dur, PRIO_DONE, next(seq), ENC_DONE, e, None))
             if not static:
                 set_local_share(e, t, 1.0 - f)
 
@@ -201,7 +201,7 @@ class EPDSimulator:
                     if ta is None or d < ta:
                         timer_ver[e] += 1
                         timer_at[e] = d
-                        push(d, PRIO_TIMER, ENC_TIMER, e, timer_ver[e])
+                        heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
                 continue
             if not heap:
                 break
@@ -212,20 +212,20 @@ class EPDSimulator:
                 if b_ == dw.version:
                     nxt = dw.wake(t, t_last, rejected)
                     if nxt is not None:
-                        push(nxt[0], PRIO_DONE, DEC_WAKE, a, dw.version)
+                        heappush(heap, (nxt[0], PRIO_DONE, next(seq), DEC_WAKE, a, dw.version))
             elif kind == DEC_ARRIVE:
                 dw = dws[a]
                 inflight[a] -= pre_tok[b_] + out_tok[b_]
                 nxt = dw.add(b_, pre_tok[b_] + 1.0, out_tok[b_], t)
                 if nxt is not None:
-                    push(nxt[0], PRIO_DONE, DEC_WAKE, a, dw.version)
+                    heappush(heap, (nxt[0], PRIO_DONE, next(seq), DEC_WAKE, a, dw.version))
             elif kind == PF_DONE:
                 w = pws[a]
                 if b_ != w.version:
                     continue
                 if t < w.due:  # slowed down after this event was planned
                     w.planned = w.due
-                    push(w.due, PRIO_DONE, PF_DONE, a, b_)
+                    heappush(heap, (w.due, PRIO_DONE, next(seq), PF_DONE, a, b_))
                     continue
                 for r in w.finish(t):
                     w.outstanding -= pre_tok[r]
@@ -241,10 +241,10 @@ class EPDSimulator:
                             di, best = k, x
                     inflight[di] += pre_tok[r] + out_tok[r]
                     at = net.transfer(w.gpu, dws[di].gpu, pre_tok[r] * kv_bytes, t)
-                    push(at, PRIO_ARRIVE, DEC_ARRIVE, di, r)
+                    heappush(heap, (at, PRIO_ARRIVE, next(seq), DEC_ARRIVE, di, r))
                 ft = w.start(t)
                 if ft is not None:
-                    push(ft, PRIO_DONE, PF_DONE, a, w.version)
+                    heappush(heap, (ft, PRIO_DONE, next(seq), PF_DONE, a, w.version))
             elif kind == PF_ARRIVE:
                 prefill_enqueue(a, b_, t)
             elif kind == ENC_DONE:
@@ -274,7 +274,7 @@ class EPDSimulator:
                     if d is not None:
                         timer_ver[e] += 1
                         timer_at[e] = d
-                        push(d, PRIO_TIMER, ENC_TIMER, e, timer_ver[e])
+                        heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
 
         end = t if n else 0.0
         start = arr[0] if n else 0.0
