@@ -19,15 +19,45 @@ from hastune.workload import RequestSet, sample_requests
 
 
 class Evaluation:
-    """A recipe bound to its profile and request set (sampled once: common random numbers)."""
+    """A recipe bound to its profile and request set (common random numbers).
+
+    A probe at rate Λ simulates max(N, Λ·min_span·W0) requests, N = workload.requests and W0 the
+    mean zero-load lifetime of a request (first arrival to last token): a run much shorter than
+    one request's decode never fills the decode pool, and would pass rates it cannot sustain.
+    Longer runs extend shorter ones (the request set is prefix-consistent)."""
 
     def __init__(self, recipe: Recipe, profile: Profile | None = None,
                  requests: int | None = None, seed: int | None = None):
         self.recipe = recipe
         self.profile = profile or recipe.load_profile()
         self.seed = recipe.seed if seed is None else seed
-        self.requests: RequestSet = sample_requests(
-            recipe.workload, requests, self.seed, base=recipe.base_dir)
+        self.base_requests = requests or recipe.workload.requests
+        self._pool: RequestSet = sample_requests(
+            recipe.workload, self.base_requests, self.seed, base=recipe.base_dir)
+        self.lifetime_s = self._zero_load_lifetime()
+
+    @property
+    def requests(self) -> RequestSet:
+        """The base request set (workload.requests or the override)."""
+        return self._pool.head(self.base_requests)
+
+    def _zero_load_lifetime(self) -> float:
+        r, p = self._pool, self.profile
+        L = r.prefill_tokens
+        tok = r.encoder_tokens
+        enc = (tok > 0) * p.encode.latency(1, tok, tok * tok)  # type: ignore[arg-type]
+        ttft = enc + p.prefill.latency(L, L * L)  # type: ignore[arg-type]
+        steps = (r.output_tokens - 1) * p.decode.step(1, L + r.output_tokens / 2)  # type: ignore
+        return float((ttft + steps).mean())
+
+    def requests_at(self, rate: float) -> RequestSet:
+        ev = self.recipe.evaluator
+        n = max(self.base_requests, int(rate * ev.min_span * self.lifetime_s) + 1)
+        n = min(n, max(ev.max_requests, self.base_requests))
+        if n > len(self._pool):
+            self._pool = sample_requests(self.recipe.workload, n, self.seed,
+                                         base=self.recipe.base_dir)
+        return self._pool.head(n)
 
     def check(self, config: EPDConfig | EPDStaticConfig, config_path: str | Path | None = None
               ) -> None:
@@ -50,7 +80,7 @@ class Evaluation:
         if rate <= 0:
             raise InputError(None, "--rate", f"rate must be > 0 (got {rate})",
                              "give an arrival rate in requests per second")
-        return self.simulator(config, config_path).run(self.requests, rate)
+        return self.simulator(config, config_path).run(self.requests_at(rate), rate)
 
     def goodput(self, config: EPDConfig | EPDStaticConfig,
                 config_path: str | Path | None = None,
@@ -58,7 +88,7 @@ class Evaluation:
         sim = self.simulator(config, config_path)
         ev = self.recipe.evaluator
         start = ev.start_rate or self.start_rate(config)
-        return search_goodput(lambda r: sim.run(self.requests, r), self.recipe.slo,
+        return search_goodput(lambda r: sim.run(self.requests_at(r), r), self.recipe.slo,
                               start_rate=start, tolerance=ev.tolerance,
                               max_probes=ev.max_probes, on_probe=on_probe)
 

@@ -174,6 +174,11 @@ class Evaluator(_Strict):
     tolerance: float = Field(default=0.02, gt=0, lt=1, description="relative bisection width")
     max_probes: int = Field(default=30, ge=3)
     start_rate: float | None = Field(default=None, gt=0, description="first rate tried (req/s)")
+    min_span: float = Field(
+        default=5.0, ge=0,
+        description="each probe's arrivals span at least this many zero-load request lifetimes "
+                    "(more requests at high rates), so a run reaches steady state")
+    max_requests: int = Field(default=50_000, gt=0, description="cap on requests per probe")
 
 
 ArchName = Literal["epd", "epd-static"]

@@ -1,7 +1,9 @@
 """Request sets: sampled from a recipe's workload, or read from a JSONL trace.
 
 Common random numbers: a RequestSet holds unit-rate arrival gaps; `arrivals(rate)` scales them,
-so every rate and every deployment compared sees the same requests in the same order.
+so every rate and every deployment compared sees the same requests in the same order. Sets are
+also prefix-consistent: the first n requests of a larger set drawn with the same seed are the
+set of n (each attribute has its own random stream), so a longer run extends a shorter one.
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ class RequestSet:
     def prefill_tokens(self) -> np.ndarray:
         return self.prompt_tokens + self.llm_tokens
 
+    def head(self, n: int) -> RequestSet:
+        """The first n requests."""
+        if n >= len(self):
+            return self
+        return RequestSet(self.gaps[:n], self.modality[:n], self.encoder_tokens[:n],
+                          self.llm_tokens[:n], self.prompt_tokens[:n], self.output_tokens[:n],
+                          self.seed)
+
 
 def sample_lengths(d: LengthDist, n: int, rng: np.random.Generator) -> np.ndarray:
     if d.dist == "fixed":
@@ -66,13 +76,14 @@ def sample_lengths(d: LengthDist, n: int, rng: np.random.Generator) -> np.ndarra
     return np.clip(np.rint(x), max(d.min, 0), d.max)
 
 
-def payload_tokens(p: ModalityPayload, n: int, rng: np.random.Generator
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """(encoder tokens, LLM tokens) for n requests of one modality."""
+def payload_tokens(p: ModalityPayload, n: int, rng: np.random.Generator,
+                   rng2: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(encoder tokens, LLM tokens) for n requests of one modality. A second stream `rng2`
+    (for llm_tokens) keeps draws prefix-consistent."""
     if p.scheme == "tokens":
         enc = sample_lengths(p.encoder_tokens, n, rng) * p.items  # type: ignore[arg-type]
-        llm = (sample_lengths(p.llm_tokens, n, rng) * p.items if p.llm_tokens is not None
-               else enc.copy())
+        llm = (sample_lengths(p.llm_tokens, n, rng2 or rng) * p.items
+               if p.llm_tokens is not None else enc.copy())
         return enc, llm
     if p.scheme == "anyres-336":
         w, h = p.resolution  # type: ignore[misc]
@@ -100,22 +111,26 @@ def sample_requests(w: Workload, n: int | None, seed: int, base: Path | None = N
         if base is not None and not path.is_absolute():
             path = base / path
         return load_trace(path, n, seed, w)
-    rng = np.random.default_rng(seed)
-    gaps = _gaps(w, n, rng, arrival_cv)
+    # one stream per attribute (and two per modality): prefix-consistent sets
+    streams = [np.random.default_rng(s)
+               for s in np.random.SeedSequence(seed).spawn(4 + 2 * len(MODALITIES))]
+    gaps = _gaps(w, n, streams[0], arrival_cv)
     names = [m for m in MODALITIES if w.mix.get(m, 0) > 0]
     probs = np.array([w.mix[m] for m in names], dtype=float)
-    probs /= probs.sum()
-    mod_idx = rng.choice(len(names), size=n, p=probs)
+    cum = np.cumsum(probs / probs.sum())
+    mod_idx = np.minimum(np.searchsorted(cum, streams[1].random(n), side="right"),
+                         len(names) - 1)
     modality = np.array([MODALITY_CODE[names[i]] for i in mod_idx], dtype=np.int64)
-    prompt = sample_lengths(w.prompt_tokens, n, rng)
-    output = np.maximum(1, sample_lengths(w.output_tokens, n, rng))
+    prompt = sample_lengths(w.prompt_tokens, n, streams[2])
+    output = np.maximum(1, sample_lengths(w.output_tokens, n, streams[3]))
     enc = np.zeros(n)
     llm = np.zeros(n)
     for m, payload in w.modalities.items():
         sel = modality == MODALITY_CODE[m]
         k = int(sel.sum())
         if k:
-            e, l_ = payload_tokens(payload, k, rng)
+            c = MODALITY_CODE[m]
+            e, l_ = payload_tokens(payload, k, streams[4 + 2 * c], streams[5 + 2 * c])
             enc[sel], llm[sel] = e, l_
     return RequestSet(gaps, modality, enc, llm, prompt, output, seed)
 
