@@ -1,0 +1,206 @@
+"""Stage 1 of Hybrid Auto Selection: asymmetric pruning.
+
+Each rule removes configurations that cannot work or cannot win, from the profile alone:
+
+- `structural` — invalid knob combinations (s > 0 with no remote pool);
+- `memory` — an LLM that does not fit beside the encoder when local prefill is used (s < 1),
+  or decode GPUs that cannot hold the weights plus the largest request's KV;
+- `zero_load` — even alone on an idle cluster, too many requests miss an SLO: per request,
+  TTFT ≥ encode(batch of one) + prefill(alone), TPOT ≥ one decode step of a batch of one; if the
+  percentile (or attainment) of these lower bounds already fails, no rate can pass;
+- `equivalent` — knobs that change nothing for this workload (B and p without multimodal
+  requests): all but one copy go;
+- `capacity` — an upper bound on goodput from per-stage capacity (encode: compute, grows with B;
+  prefill: split by s between local and remote; decode: memory- and step-bound; network) that,
+  even with `margin` for a finite run's transient, stays below the best goodput already found
+  by simulating the top-ranked candidates. The bounds differ per stage: that is the asymmetry.
+
+Every bound is an upper bound on what the simulator can reach (tests compare with exhaustive
+search), so the optimum is never pruned — `margin` covers the one non-steady-state effect, a
+short run at a rate slightly above capacity whose queue has not yet broken the SLO.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hastune.config import EPDConfig, EPDStaticConfig, parse_config
+from hastune.errors import InputError
+from hastune.profile import Profile
+from hastune.recipe import Recipe
+from hastune.space import SearchSpace, config_key
+from hastune.workload import RequestSet
+
+Config = EPDConfig | EPDStaticConfig
+RULES = ("structural", "memory", "zero_load", "equivalent", "capacity")
+
+
+@dataclass
+class Candidate:
+    config: Config
+    bound: float                     # upper bound on goodput, req/s
+    stages: dict[str, float]         # per-stage capacity bounds, req/s
+    goodput: float | None = None     # when simulated during pruning
+
+    def as_dict(self) -> dict:
+        d = {"config": self.config.model_dump(exclude={"kind", "name"}, exclude_none=True),
+             "bound_rps": self.bound, "stage_bounds_rps": self.stages}
+        if self.goodput is not None:
+            d["goodput_rps"] = self.goodput
+        return d
+
+
+@dataclass
+class PruneReport:
+    total: int
+    kept: list[Candidate]
+    removed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RULES, 0))
+    lower_bound: float = 0.0
+    margin: float = 1.25
+
+    def as_dict(self, top: int | None = None) -> dict:
+        kept = self.kept if top is None else self.kept[:top]
+        return {"total": self.total, "kept": len(self.kept), "rules": dict(self.removed),
+                "lower_bound_rps": self.lower_bound, "margin": self.margin,
+                "candidates": [c.as_dict() for c in kept]}
+
+
+class Bounds:
+    """Per-request and per-stage bounds of one recipe (profile + request set)."""
+
+    def __init__(self, recipe: Recipe, profile: Profile, reqs: RequestSet):
+        self.recipe, self.profile, self.reqs = recipe, profile, reqs
+        enc, pre, dec, mem = profile.encode, profile.prefill, profile.decode, profile.memory
+        tok = reqs.encoder_tokens
+        self.mm = tok > 0
+        L = reqs.prefill_tokens
+        out = reqs.output_tokens
+        # zero-load lower bounds per request
+        enc_alone = np.where(self.mm, enc.latency(1, tok, tok * tok), 0.0)  # type: ignore[arg-type]
+        self.ttft_lb = enc_alone + pre.latency(L, L * L)  # type: ignore[arg-type]
+        self.tpot_lb = np.where(out > 1, dec.step(1, L + 1), np.nan)  # type: ignore[arg-type]
+        # per-request work (GPU-seconds on a whole GPU), fixed costs excluded where batched
+        self.enc_work_var = float(np.where(
+            self.mm, enc.per_item_s + enc.per_token_s * tok + enc.per_token_sq_s * tok * tok,
+            0.0).mean())
+        self.mm_share = float(self.mm.mean())
+        self.prefill_work = float((pre.per_token_s * L + pre.per_token_sq_s * L * L).mean())
+        self.kv_cap = mem.kv_capacity_tokens()
+        reserve = L + 1 + out
+        self.max_reserve = float(reserve.max())
+        n_fit = int(self.kv_cap // max(float(reserve.min()), 1.0))
+        N = max(1, min(dec.max_batch, n_fit))
+        ctx_min = float((L + 1).min())
+        steps = float(np.maximum(out - 1, 0).mean())
+        tokens_per_s = N / dec.step(N, N * ctx_min)
+        self.decode_per_gpu = tokens_per_s / steps if steps > 0 else float("inf")
+        step_min = dec.step(1, ctx_min)
+        kv_seconds = float((reserve * np.maximum(out - 1, 0) * step_min).mean())
+        self.decode_kv_per_gpu = self.kv_cap / kv_seconds if kv_seconds > 0 else float("inf")
+        self.kv_bytes = float((L * mem.kv_bytes_per_token).mean())
+        c = recipe.cluster
+        self.port_bw = max(c.intra_node.bandwidth_GBps, c.inter_node.bandwidth_GBps) * 1e9
+        self.local_fits = mem.kv_capacity_tokens(with_encoder=True) > float(L.max())
+
+    def zero_load_ok(self) -> bool:
+        slo = self.recipe.slo
+        w = int(self.recipe.workload.warmup * len(self.reqs))
+        ttft, tpot = self.ttft_lb[w:], self.tpot_lb[w:]
+        if slo.criterion == "attainment":
+            ok = (ttft <= slo.ttft_s) & (np.isnan(tpot) | (tpot <= slo.tpot_s))
+            return bool(ok.mean() >= slo.attainment)
+        tp = tpot[~np.isnan(tpot)]
+        return bool(np.percentile(ttft, slo.percentile, method="higher") <= slo.ttft_s
+                    and (tp.size == 0
+                         or np.percentile(tp, slo.percentile, method="higher") <= slo.tpot_s))
+
+    def memory_ok(self, cfg: Config) -> bool:
+        if self.max_reserve > self.kv_cap:
+            return False  # some request can never be decoded
+        if isinstance(cfg, EPDConfig) and cfg.s < 1.0 and not self.local_fits:
+            return False
+        return True
+
+    def stages(self, cfg: Config) -> dict[str, float]:
+        inf = float("inf")
+        prof = self.profile
+        B = cfg.B if isinstance(cfg, EPDConfig) else cfg.batch
+        enc_per_req = self.mm_share * prof.encode.fixed_s / B + self.enc_work_var
+        st = {"encode": cfg.n_E / enc_per_req if enc_per_req > 0 else inf}
+        s = cfg.s if isinstance(cfg, EPDConfig) else 1.0
+        w = self.prefill_work
+        remote = cfg.n_P / (s * w) if s > 0 else inf
+        local = cfg.n_E / ((1 - s) * w) if s < 1 else inf
+        st["prefill"] = min(remote, local)
+        st["decode"] = cfg.n_D * min(self.decode_per_gpu, self.decode_kv_per_gpu)
+        senders = cfg.n_P + (cfg.n_E if s < 1 else 0)
+        st["network"] = senders * self.port_bw / self.kv_bytes if self.kv_bytes > 0 else inf
+        return st
+
+
+def _raw_combos(space: SearchSpace, budget: int):
+    others = space.other_knobs()
+    for alloc in space.allocations(budget):
+        for values in itertools.product(*(space.choices(k) for k in others)):
+            yield {"architecture": space.architecture, **dict(zip(space.gpu_knobs(), alloc)),
+                   **dict(zip(others, values))}
+
+
+def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace,
+          evaluate: Callable[[Config], float] | None = None, probe_top: int = 3,
+          margin: float = 1.25) -> PruneReport:
+    """Apply the rules in order; `evaluate(config) → goodput` (the simulator) supplies the
+    lower bound from the `probe_top` best-bounded candidates (none: capacity rule skipped)."""
+    b = Bounds(recipe, profile, reqs)
+    removed = dict.fromkeys(RULES, 0)
+    total = 0
+    cands: list[Candidate] = []
+    zero_ok = b.zero_load_ok()
+    seen_equiv: set[tuple] = set()
+    for raw in _raw_combos(space, recipe.cluster.gpus):
+        total += 1
+        try:
+            cfg = parse_config(raw)
+        except InputError:
+            removed["structural"] += 1
+            continue
+        if not b.memory_ok(cfg):
+            removed["memory"] += 1
+            continue
+        if not zero_ok:
+            removed["zero_load"] += 1
+            continue
+        if b.mm_share == 0.0:
+            key = tuple((k, v) for k, v in config_key(cfg) if k not in ("B", "p", "batch",
+                                                                         "timeout_ms"))
+            if key in seen_equiv:
+                removed["equivalent"] += 1
+                continue
+            seen_equiv.add(key)
+        st = b.stages(cfg)
+        cands.append(Candidate(cfg, min(st.values()), st))
+    cands.sort(key=lambda c: -c.bound)
+    report = PruneReport(total=total, kept=cands, removed=removed, margin=margin)
+    if evaluate is not None and cands:
+        # probe the best-bounded candidates with distinct GPU allocations
+        probed: list[Candidate] = []
+        allocs: set[tuple] = set()
+        for c in cands:
+            a = tuple(getattr(c.config, k) for k in space.gpu_knobs())
+            if a in allocs:
+                continue
+            allocs.add(a)
+            c.goodput = evaluate(c.config)
+            probed.append(c)
+            if len(probed) >= probe_top:
+                break
+        report.lower_bound = max(c.goodput or 0.0 for c in probed)
+        lb = report.lower_bound
+        keep = [c for c in cands if c.goodput is not None or c.bound * margin >= lb]
+        removed["capacity"] = len(cands) - len(keep)
+        report.kept = keep
+    return report

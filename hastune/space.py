@@ -1,0 +1,120 @@
+"""Search spaces: which deployment configs a tuner may try, per architecture, as YAML.
+
+A space lists GPU counts as ranges (bounded by the recipe's budget G) and every other knob as a
+finite list of values, so the space is finite: it can be enumerated (`hastune grid`), pruned
+exhaustively, and no configuration need ever be evaluated twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hastune.config import EPDConfig, EPDStaticConfig, parse_config
+from hastune.errors import InputError, from_pydantic
+from hastune.yamlio import read_yaml_mapping
+
+SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+GPU_KNOBS = {"epd": ("n_E", "n_P", "n_D"), "epd-static": ("n_E", "n_P", "n_D")}
+
+
+class IntRange(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    low: int = Field(ge=0)
+    high: int | None = Field(default=None, ge=0)
+
+
+class SearchSpace(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    architecture: Literal["epd", "epd-static"]
+    budget: Literal["exact", "at_most"] = "exact"
+    params: dict[str, IntRange | list[Any]]
+
+    @field_validator("params")
+    @classmethod
+    def _nonempty(cls, v: dict[str, IntRange | list[Any]]) -> dict[str, IntRange | list[Any]]:
+        for k, x in v.items():
+            if isinstance(x, list) and not x:
+                raise ValueError(f"params.{k} lists no values. Fix: give at least one value")
+        return v
+
+    def gpu_knobs(self) -> tuple[str, ...]:
+        return GPU_KNOBS[self.architecture]
+
+    def int_range(self, name: str, budget: int) -> range:
+        r = self.params.get(name)
+        if not isinstance(r, IntRange):
+            raise ValueError(f"{name} must be a range")
+        hi = budget if r.high is None else min(r.high, budget)
+        return range(r.low, hi + 1)
+
+    def choices(self, name: str) -> list[Any]:
+        v = self.params[name]
+        return list(v) if isinstance(v, list) else []
+
+    def other_knobs(self) -> list[str]:
+        return [k for k in self.params if k not in self.gpu_knobs()]
+
+    def allocations(self, budget: int) -> Iterator[tuple[int, ...]]:
+        """GPU counts per pool within the budget (exactly G or at most G)."""
+        names = self.gpu_knobs()
+        ranges = [self.int_range(n, budget) for n in names]
+        for combo in itertools.product(*ranges):
+            total = sum(combo)
+            if total > budget or (self.budget == "exact" and total != budget) or total == 0:
+                continue
+            yield combo
+
+    def configs(self, budget: int) -> Iterator[EPDConfig | EPDStaticConfig]:
+        """Every valid configuration (structurally invalid combinations are skipped)."""
+        others = self.other_knobs()
+        for alloc in self.allocations(budget):
+            base = dict(zip(self.gpu_knobs(), alloc))
+            for values in itertools.product(*(self.choices(k) for k in others)):
+                d = {"architecture": self.architecture, **base, **dict(zip(others, values))}
+                try:
+                    yield parse_config(d)
+                except InputError:
+                    continue  # e.g. s > 0 with n_P = 0
+
+    def size(self, budget: int) -> int:
+        return sum(1 for _ in self.configs(budget))
+
+
+def config_key(cfg: EPDConfig | EPDStaticConfig) -> tuple:
+    """Identity of a configuration (for caching and de-duplication)."""
+    d = cfg.model_dump(exclude={"kind", "name"})
+    return tuple(sorted((k, v) for k, v in d.items()))
+
+
+def load_space(path: str | Path) -> SearchSpace:
+    data = read_yaml_mapping(path, "search space")
+    try:
+        return SearchSpace.model_validate(data)
+    except ValidationError as exc:
+        raise from_pydantic(path, exc) from None
+
+
+def space_for(architecture: str, recipe_path: str | None = None,
+              override: str | None = None) -> SearchSpace:
+    """The space a recipe tunes: its `search_space` file, else the shipped default."""
+    if override:
+        p = Path(override)
+        if not p.is_absolute() and recipe_path:
+            p = Path(recipe_path).resolve().parent / p
+        if not p.exists():
+            raise InputError(recipe_path, "search_space", f"search space {override} not found",
+                             "give a path relative to the recipe, or remove the field")
+        space = load_space(p)
+        if space.architecture == architecture:
+            return space
+        # a recipe's space for another architecture: fall back to the shipped one
+    p = SPACES_DIR / f"{architecture}.yaml"
+    if not p.exists():
+        raise InputError(recipe_path, "architecture", f"no search space for {architecture!r}",
+                         f"add search_spaces/{architecture}.yaml")
+    return load_space(p)

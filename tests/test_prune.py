@@ -1,0 +1,79 @@
+"""Pruning is sound: on small budgets, exhaustive search finds no better config than the
+best one pruning keeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from hastune.evaluate import Evaluation
+from hastune.prune import prune
+from hastune.space import space_for
+
+
+def _small(recipe, gpus, **slo):
+    cluster = recipe.cluster.model_copy(update={"gpus": gpus})
+    upd = {"cluster": cluster}
+    if slo:
+        upd["slo"] = recipe.slo.model_copy(update=slo)
+    return recipe.model_copy(update=upd)
+
+
+CASES = [
+    ("audio", 4, {}),
+    ("image", 4, {}),
+    ("audio", 3, {"ttft_s": 0.4}),
+    ("image", 3, {"tpot_s": 0.06}),
+]
+
+
+@pytest.mark.parametrize("which,gpus,slo", CASES)
+def test_optimum_is_never_pruned(which, gpus, slo, audio_recipe, image_recipe):
+    rec = _small(audio_recipe if which == "audio" else image_recipe, gpus, **slo)
+    ev = Evaluation(rec, requests=300)
+    cache: dict = {}
+
+    def goodput(cfg):
+        key = cfg.model_dump_json()
+        if key not in cache:
+            cache[key] = ev.goodput(cfg).goodput_rps
+        return cache[key]
+
+    for arch in ("epd", "epd-static"):
+        space = space_for(arch)
+        exhaustive = max(goodput(c) for c in space.configs(gpus))
+        report = prune(rec, ev.profile, ev.requests, space, evaluate=goodput)
+        assert report.total >= space.size(gpus)
+        assert sum(report.removed.values()) + len(report.kept) == report.total
+        best_kept = max((goodput(c.config) for c in report.kept), default=0.0)
+        assert best_kept == exhaustive, (arch, report.as_dict(top=3))
+        # every kept candidate's bound really bounds its simulated goodput (with the margin)
+        for c in report.kept:
+            assert goodput(c.config) <= c.bound * report.margin + 1e-9
+
+
+def test_rules_fire(audio_recipe):
+    ev = Evaluation(audio_recipe, requests=300)
+    space = space_for("epd")
+    rep = prune(audio_recipe, ev.profile, ev.requests, space,
+                evaluate=lambda c: ev.goodput(c).goodput_rps)
+    assert rep.removed["structural"] > 0  # s > 0 with n_P = 0
+    assert rep.removed["capacity"] > 0
+    assert rep.kept == sorted(rep.kept, key=lambda c: -c.bound)
+    # an impossible TTFT SLO removes everything at zero load
+    strict = audio_recipe.model_copy(update={"slo": audio_recipe.slo.model_copy(
+        update={"ttft_s": 1e-4})})
+    rep0 = prune(strict, ev.profile, ev.requests, space)
+    assert not rep0.kept and rep0.removed["zero_load"] == rep0.total - rep0.removed["structural"]
+
+
+def test_local_prefill_needs_memory(audio_recipe):
+    ev = Evaluation(audio_recipe, requests=300)
+    prof = ev.profile
+    mem = prof.memory
+    # room for the LLM's KV on a decode GPU, but not for the encoder beside it
+    tight = prof.model_copy(update={"memory": mem.model_copy(update={
+        "encoder_weight_bytes": mem.gpu_bytes * mem.utilisation - mem.weight_bytes
+        - mem.activation_bytes - 10 * mem.kv_bytes_per_token})})
+    rep = prune(audio_recipe, tight, ev.requests, space_for("epd"))
+    assert rep.removed["memory"] > 0
+    assert all(c.config.s == 1.0 for c in rep.kept)
