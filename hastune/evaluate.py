@@ -84,13 +84,14 @@ class Evaluation:
 
     def goodput(self, config: EPDConfig | EPDStaticConfig,
                 config_path: str | Path | None = None,
-                on_probe: Callable[[Probe], None] | None = None) -> GoodputResult:
+                on_probe: Callable[[Probe], None] | None = None,
+                incumbent: float | None = None) -> GoodputResult:
         sim = self.simulator(config, config_path)
         ev = self.recipe.evaluator
         start = ev.start_rate or self.start_rate(config)
         return search_goodput(lambda r: sim.run(self.requests_at(r), r), self.recipe.slo,
                               start_rate=start, tolerance=ev.tolerance,
-                              max_probes=ev.max_probes, on_probe=on_probe)
+                              max_probes=ev.max_probes, on_probe=on_probe, incumbent=incumbent)
 
     def start_rate(self, config: EPDConfig | EPDStaticConfig) -> float:
         """A first guess near the decode pool's capacity, so the bracket takes few probes."""

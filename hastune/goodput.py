@@ -37,6 +37,7 @@ class GoodputResult:
     probes: list[Probe] = field(default_factory=list)
     best_run: RunResult | None = None
     bracketed: bool = True
+    early_stopped: bool = False
 
     def as_dict(self) -> dict:
         return {
@@ -45,6 +46,7 @@ class GoodputResult:
             "percentile": self.percentile,
             "tolerance": self.tolerance,
             "bracketed": self.bracketed,
+            "early_stopped": self.early_stopped,
             "probes": [p.as_dict(self.percentile) for p in self.probes],
         }
 
@@ -57,9 +59,18 @@ def probe_of(run: RunResult, slo: SLO) -> Probe:
 def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: float = 1.0,
                    tolerance: float = 0.02, max_probes: int = 30, min_rate: float = 1e-3,
                    max_rate: float = 1e5,
-                   on_probe: Callable[[Probe], None] | None = None) -> GoodputResult:
-    """Find the largest passing rate; `run_at(rate)` runs one probe."""
+                   on_probe: Callable[[Probe], None] | None = None,
+                   incumbent: float | None = None, coarse_tolerance: float = 0.1,
+                   coarse_probes: int = 5) -> GoodputResult:
+    """Find the largest passing rate; `run_at(rate)` runs one probe.
+
+    With `incumbent` (the best goodput found so far by a tuner), the first probe is just above
+    it; a deployment that fails there cannot win, so the search stops early: it only narrows
+    the goodput to `coarse_tolerance` in at most `coarse_probes` probes (a useful value for a
+    surrogate model, at a fraction of the cost) and sets `early_stopped`."""
     res = GoodputResult(0.0, slo.criterion, slo.percentile, tolerance)
+    if incumbent is not None and incumbent > 0:
+        start_rate = incumbent * (1.0 + tolerance)
 
     def probe(rate: float) -> bool:
         run = run_at(rate)
@@ -87,6 +98,11 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
                 break
     else:
         hi = rate
+        if incumbent is not None and incumbent > 0:
+            res.early_stopped = True
+            tolerance = max(tolerance, coarse_tolerance)
+            max_probes = min(max_probes, coarse_probes)
+            res.tolerance = tolerance
         while len(res.probes) < max_probes:
             rate /= 2.0
             if rate < min_rate:

@@ -72,3 +72,15 @@ def test_epd_beats_static_split_on_audio(audio_recipe, epd_config, static_config
     static = ev.goodput(static_config).goodput_rps
     assert 0 < epd_config.s < 1
     assert epd > 1.1 * static
+
+
+def test_incumbent_stops_a_losing_search_early():
+    run, calls = fake_run(5.0)
+    res = search_goodput(run, SLO_, start_rate=1.0, tolerance=0.02, incumbent=8.0)
+    assert res.early_stopped and len(calls) <= 5
+    assert calls[0] == pytest.approx(8.0 * 1.02)
+    assert 0 < res.goodput_rps <= 5.0
+    # a deployment that beats the incumbent gets the full search
+    run, calls = fake_run(12.0)
+    res = search_goodput(run, SLO_, start_rate=1.0, tolerance=0.02, incumbent=8.0)
+    assert not res.early_stopped and res.goodput_rps >= 12.0 * 0.98

@@ -1,0 +1,56 @@
+"""Exhaustive evaluation of a recipe's space (`hastune grid`)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+
+from hastune.config import parse_config
+from hastune.evaluate import Evaluation
+from hastune.prune import Bounds, prune
+from hastune.recipe import load_recipe
+from hastune.space import space_for
+
+_EV: Evaluation | None = None
+
+
+def _init(recipe_path: str) -> None:
+    global _EV
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _EV = Evaluation(load_recipe(recipe_path))
+
+
+def _goodput(cfg_dict: dict) -> float:
+    assert _EV is not None
+    return _EV.goodput(parse_config(cfg_dict)).goodput_rps
+
+
+def run_grid(recipe_path: str | Path, prune_first: bool = True, workers: int = 1) -> dict:
+    rec = load_recipe(recipe_path)
+    ev = Evaluation(rec)
+    bounds = Bounds(rec, ev.profile, ev.requests)
+    t0 = time.perf_counter()
+    cfgs, total = [], 0
+    for arch in rec.architectures:
+        space = space_for(arch, rec.path, rec.search_space)
+        if prune_first:
+            rep = prune(rec, ev.profile, ev.requests, space)  # analytic rules only: exhaustive
+            total += rep.total
+            cfgs += [c.config for c in rep.kept]
+        else:
+            all_ = list(space.configs(rec.cluster.gpus))
+            total += len(all_)
+            cfgs += [c for c in all_ if bounds.memory_ok(c)]
+    dicts = [c.model_dump(exclude={"kind", "name"}, exclude_none=True) for c in cfgs]
+    if workers > 1:
+        with mp.get_context("spawn").Pool(workers, _init, (str(recipe_path),)) as pool:
+            vals = pool.map(_goodput, dicts, chunksize=4)
+    else:
+        vals = [ev.goodput(c).goodput_rps for c in cfgs]
+    results = sorted(({"config": d, "goodput_rps": v} for d, v in zip(dicts, vals)),
+                     key=lambda r: -r["goodput_rps"])
+    return {"recipe": rec.name, "total": total, "evaluated": len(results),
+            "pruned": prune_first, "seed": rec.seed, "wall_s": time.perf_counter() - t0,
+            "best": results[0] if results else None, "results": results}

@@ -1,0 +1,177 @@
+"""What a tuning run leaves in DIR: best_config.yaml, summary.json, trials.csv and PNG plots."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+
+from hastune.config import dump_config, parse_config
+from hastune.goodput import GoodputResult
+from hastune.tune.runner import Tuner, evaluated_trials
+
+
+def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    evals = evaluated_trials(study)
+    return max(evals, key=lambda t: (float(t.value or 0.0), -t.number), default=None)
+
+
+def convergence(study: optuna.Study) -> list[float]:
+    """Best goodput after each evaluation, in evaluation order."""
+    best, out = 0.0, []
+    for t in sorted(evaluated_trials(study), key=lambda t: t.datetime_complete or t.number):
+        best = max(best, float(t.value or 0.0))
+        out.append(best)
+    return out
+
+
+def write_trials_csv(study: optuna.Study, path: Path) -> None:
+    rows = []
+    knobs: list[str] = []
+    for t in study.get_trials(deepcopy=False):
+        cfg = t.user_attrs.get("config", {})
+        for k in cfg:
+            if k not in knobs:
+                knobs.append(k)
+        rows.append((t, cfg))
+    cols = ["number", "state", "goodput_rps", *knobs, "evaluated", "duplicate", "reason",
+            "early_stopped", "probes", "wall_s", "source", "worker"]
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for t, cfg in rows:
+            u = t.user_attrs
+            w.writerow([t.number, t.state.name, "" if t.value is None else t.value,
+                        *[cfg.get(k, "") for k in knobs], bool(u.get("evaluated")),
+                        bool(u.get("duplicate")), u.get("reason", ""),
+                        bool(u.get("early_stopped")), u.get("probes", ""),
+                        round(u.get("wall_s", 0.0), 4) if "wall_s" in u else "",
+                        u.get("source", ""), u.get("worker", "")])
+
+
+def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
+              final: GoodputResult | None) -> dict[str, Any]:
+    bt = best_trial(study)
+    trials = study.get_trials(deepcopy=False)
+    prep = study.user_attrs.get("prune_report", {})
+    rec = tuner.recipe
+    best_cfg = bt.user_attrs["config"] if bt else None
+    goodput = float(bt.value or 0.0) if bt else 0.0
+    gpus = parse_config(best_cfg).gpus if best_cfg else rec.cluster.gpus
+    out: dict[str, Any] = {
+        "recipe": rec.name,
+        "best_config": best_cfg,
+        "goodput_rps": goodput,
+        "goodput_per_gpu": goodput / gpus if gpus else 0.0,
+        "meets_slo": goodput > 0,
+        "evaluations": len(evaluated_trials(study)),
+        "trials": len(trials),
+        "duplicates": sum(1 for t in trials if t.user_attrs.get("duplicate")),
+        "infeasible_or_pruned_suggestions": sum(1 for t in trials if "reason" in t.user_attrs),
+        "early_stopped": sum(1 for t in trials if t.user_attrs.get("early_stopped")),
+        "pruned": prep,
+        "sampler": tuner.opts.sampler,
+        "seed": tuner.seed,
+        "workload_seed": rec.seed,
+        "architectures": rec.architectures,
+        "slo": rec.slo.model_dump(),
+        "study": tuner.study_name,
+        "storage": tuner.opts.storage or str(Path(tuner.opts.out) / "study.db"),
+        "wall_s": wall_s,
+        "convergence": convergence(study),
+    }
+    if final is not None and final.best_run is not None:
+        out["at_goodput"] = {k: v for k, v in final.best_run.summary(rec.slo).items()
+                             if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}
+    return out
+
+
+def _num(x: Any) -> Any:
+    if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
+        return None
+    if isinstance(x, dict):
+        return {k: _num(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_num(v) for v in x]
+    return x
+
+
+def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
+                  final: GoodputResult | None, plots: bool = True) -> list[Path]:
+    out = Path(tuner.opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    if summary["best_config"]:
+        cfg = parse_config(summary["best_config"])
+        header = (f"# Best deployment found by `hastune tune` for recipe {tuner.recipe.name}:\n"
+                  f"# P{tuner.recipe.slo.percentile:g} goodput {summary['goodput_rps']:.3f} "
+                  f"req/s on {cfg.gpus} GPUs (sampler {tuner.opts.sampler}, seed "
+                  f"{tuner.seed}). Run it: hastune evaluate RECIPE --config this-file\n")
+        p = out / "best_config.yaml"
+        p.write_text(header + yaml.safe_dump(dump_config(cfg), sort_keys=False))
+        written.append(p)
+    p = out / "summary.json"
+    p.write_text(json.dumps(_num(summary), indent=2))
+    written.append(p)
+    p = out / "trials.csv"
+    write_trials_csv(study, p)
+    written.append(p)
+    if plots:
+        written += write_plots(out, summary, final, tuner)
+    return written
+
+
+def write_plots(out: Path, summary: dict[str, Any], final: GoodputResult | None,
+                tuner: Tuner) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    conv = summary["convergence"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(range(1, len(conv) + 1), conv, marker=".")
+    ax.set_xlabel("evaluations")
+    ax.set_ylabel("best P90 goodput (req/s)")
+    ax.set_title(f"{tuner.recipe.name}: {tuner.opts.sampler}")
+    ax.grid(alpha=0.3)
+    paths.append(out / "convergence.png")
+    fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    if final is not None and final.probes:
+        slo = tuner.recipe.slo
+        pr = sorted(final.probes, key=lambda p: p.rate)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot([p.rate for p in pr], [p.ttft_p / slo.ttft_s for p in pr], marker="o",
+                label=f"TTFT P{slo.percentile:g} / SLO")
+        ax.plot([p.rate for p in pr], [p.tpot_p / slo.tpot_s for p in pr], marker="s",
+                label=f"TPOT P{slo.percentile:g} / SLO")
+        ax.axhline(1.0, color="red", lw=1, ls="--", label="SLO")
+        ax.axvline(final.goodput_rps, color="green", lw=1, ls=":", label="goodput")
+        ax.set_yscale("log")
+        ax.set_xlabel("arrival rate (req/s)")
+        ax.set_ylabel("latency / SLO")
+        ax.set_title("best config: latency vs rate")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        paths.append(out / "goodput_vs_rate.png")
+        fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    if final is not None and final.best_run is not None:
+        util = final.best_run.utilisation
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.bar(list(util), [100 * v for v in util.values()])
+        ax.set_ylabel("utilisation (%)")
+        ax.set_ylim(0, 100)
+        ax.set_title(f"best config at {final.goodput_rps:.2f} req/s")
+        plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+        paths.append(out / "utilisation.png")
+        fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    return paths

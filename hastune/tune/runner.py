@@ -1,0 +1,262 @@
+"""Stage 2 of Hybrid Auto Selection: Bayesian optimisation over the survivors of pruning.
+
+The optuna study is the record. `prepare` runs once per study (pruning, its probes recorded as
+trials, the warm start enqueued, the survivors stored on the study); every worker — this
+process, K local processes, or processes on other machines sharing the storage — then loops
+ask → evaluate → tell until the study holds `trials` evaluations. Re-running the same command
+resumes: finished trials are read back, never repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from hastune.config import EPDConfig, EPDStaticConfig, parse_config
+from hastune.errors import InputError
+from hastune.evaluate import Evaluation
+from hastune.prune import RULES, Bounds, prune
+from hastune.recipe import Recipe, load_recipe
+from hastune.space import space_for
+from hastune.tune.params import Parametrization
+from hastune.tune.samplers import CONSTRAINT, SkoptProposer, make_sampler
+from hastune.tune.storage import fail_dead_trials, open_storage, worker_id
+
+log = logging.getLogger(__name__)
+Config = EPDConfig | EPDStaticConfig
+COMPLETE = optuna.trial.TrialState.COMPLETE
+IDLE_LIMIT = 25  # suggestions in a row that evaluate nothing before a survivor is enqueued
+
+
+@dataclass
+class TuneOptions:
+    trials: int = 40
+    sampler: str = "tpe"
+    evaluator: str = "sim"
+    storage: str | None = None
+    study: str | None = None
+    workers: int = 1
+    out: str = "tune-out"
+    seed: int | None = None
+    prune: bool = True
+    probe_top: int = 3
+    margin: float = 1.25
+    warm_start: int = 5
+
+
+def config_key(cfg: Config) -> str:
+    return json.dumps(cfg.model_dump(exclude={"kind", "name"}, exclude_none=True),
+                      sort_keys=True)
+
+
+def evaluated_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,))
+            if t.user_attrs.get("evaluated")]
+
+
+@dataclass
+class Prepared:
+    survivors: list[dict]          # ranked by bound, best first
+    report: dict[str, Any]
+    allowed: set[str] = field(default_factory=set)
+
+
+class Tuner:
+    def __init__(self, recipe: Recipe, opts: TuneOptions):
+        if opts.evaluator != "sim":
+            raise InputError(None, "--evaluator", f"evaluator {opts.evaluator!r} is not "
+                             "available yet", "use --evaluator sim (the real engine comes with "
+                             "runners/)")
+        if opts.trials < 1:
+            raise InputError(None, "--trials", f"must be ≥ 1 (got {opts.trials})",
+                             "give the number of evaluations to run")
+        if opts.workers < 1:
+            raise InputError(None, "--workers", f"must be ≥ 1 (got {opts.workers})",
+                             "give the number of worker processes")
+        self.recipe = recipe
+        self.opts = opts
+        self.seed = recipe.seed if opts.seed is None else opts.seed
+        self.ev = Evaluation(recipe)
+        self.spaces = {a: space_for(a, recipe.path, recipe.search_space)
+                       for a in recipe.architectures}
+        self.pz = Parametrization(self.spaces, recipe.cluster.gpus)
+        self.bounds = Bounds(recipe, self.ev.profile, self.ev.requests)
+        self.study_name = opts.study or f"{recipe.name}-{'+'.join(recipe.architectures)}"
+        self.prepared: Prepared | None = None
+
+    # -- the study ------------------------------------------------------------------------
+    def open_study(self, worker: int = 0) -> optuna.Study:
+        storage = open_storage(self.opts.storage, Path(self.opts.out))
+        sampler = make_sampler(self.opts.sampler, self.seed + worker)
+        return optuna.create_study(storage=storage, study_name=self.study_name,
+                                   direction="maximize", sampler=sampler, load_if_exists=True)
+
+    def feasible(self, cfg: Config) -> bool:
+        return self.bounds.memory_ok(cfg)
+
+    def prepare(self, study: optuna.Study,
+                on_trial: Callable[[optuna.trial.FrozenTrial], None] | None = None) -> Prepared:
+        """Prune once per study; later calls (resumes, workers) read the stored result."""
+        attrs = study.user_attrs
+        if "survivors" not in attrs:
+            ranked: list[dict] = []
+            report: dict[str, Any] = {"total": 0, "kept": 0, "rules": dict.fromkeys(RULES, 0),
+                                      "lower_bound_rps": 0.0, "pruned": self.opts.prune}
+            for space in self.spaces.values():
+                if self.opts.prune:
+                    rep = prune(self.recipe, self.ev.profile, self.ev.requests, space,
+                                evaluate=lambda c: self._record(study, c, on_trial),
+                                probe_top=self.opts.probe_top, margin=self.opts.margin)
+                    cands = [(c.bound, c.config) for c in rep.kept]
+                    for r, n in rep.removed.items():
+                        report["rules"][r] += n
+                    report["total"] += rep.total
+                    report["lower_bound_rps"] = max(report["lower_bound_rps"], rep.lower_bound)
+                else:
+                    cands = []
+                    for c in space.configs(self.recipe.cluster.gpus):
+                        report["total"] += 1
+                        if self.feasible(c):
+                            cands.append((min(self.bounds.stages(c).values()), c))
+                        else:
+                            report["rules"]["memory"] += 1
+                ranked += [json.loads(config_key(c)) for _, c in cands]
+            report["kept"] = len(ranked)
+            study.set_user_attr("prune_report", report)
+            study.set_user_attr("survivors", ranked)
+            done = {t.user_attrs.get("key") for t in evaluated_trials(study)}
+            n = 0
+            for d in ranked:  # warm start: the best-bounded survivors not yet evaluated
+                if n >= self.opts.warm_start:
+                    break
+                cfg = parse_config(d)
+                if config_key(cfg) in done:
+                    continue
+                study.enqueue_trial(self.pz.to_params(cfg), skip_if_exists=True)
+                n += 1
+        survivors = study.user_attrs["survivors"]
+        self.prepared = Prepared(survivors, study.user_attrs["prune_report"],
+                                 {config_key(parse_config(d)) for d in survivors})
+        return self.prepared
+
+    def _record(self, study: optuna.Study, cfg: Config,
+                on_trial: Callable[[optuna.trial.FrozenTrial], None] | None) -> float:
+        """Evaluate one configuration as a trial of the study (used for pruning's probes)."""
+        key = config_key(cfg)
+        for t in evaluated_trials(study):
+            if t.user_attrs.get("key") == key:
+                return float(t.value or 0.0)
+        study.enqueue_trial(self.pz.to_params(cfg))
+        trial = study.ask()
+        got = self.pz.suggest(trial)
+        assert got is not None and config_key(got) == key
+        return self._evaluate_and_tell(study, trial, got, on_trial, incumbent=None,
+                                       source="prune-probe")
+
+    # -- one trial ----------------------------------------------------------------------------
+    def _evaluate_and_tell(self, study: optuna.Study, trial: optuna.Trial, cfg: Config,
+                           on_trial: Callable[[optuna.trial.FrozenTrial], None] | None,
+                           incumbent: float | None, source: str = "sampler") -> float:
+        t0 = time.perf_counter()
+        trial.set_user_attr("worker", worker_id())
+        try:
+            res = self.ev.goodput(cfg, incumbent=incumbent)
+        except BaseException:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
+        attrs = {
+            "config": json.loads(config_key(cfg)), "key": config_key(cfg), "evaluated": True,
+            "source": source, "probes": len(res.probes), "early_stopped": res.early_stopped,
+            "wall_s": time.perf_counter() - t0, "gpus": cfg.gpus,
+        }
+        for k, v in attrs.items():
+            trial.set_user_attr(k, v)
+        trial.set_constraint(CONSTRAINT, 0.0)
+        study.tell(trial, res.goodput_rps)
+        if on_trial:
+            on_trial(_frozen(study, trial.number))
+        return res.goodput_rps
+
+    def work(self, study: optuna.Study, worker: int = 0,
+             on_trial: Callable[[optuna.trial.FrozenTrial], None] | None = None) -> None:
+        """ask → evaluate → tell until the study holds `trials` evaluations (or the space is
+        exhausted)."""
+        prep = self.prepared or self.prepare(study, on_trial)
+        skopt = (SkoptProposer(self.pz, self.seed + worker,
+                               lambda c: config_key(c) in prep.allowed)
+                 if self.opts.sampler == "skopt" else None)
+        idle = 0
+        while True:
+            fail_dead_trials(study)
+            evals = evaluated_trials(study)
+            if len(evals) >= self.opts.trials:
+                return
+            done = {t.user_attrs["key"]: float(t.value or 0.0) for t in evals}
+            if len(done) >= len(prep.allowed):
+                return  # every surviving configuration has been evaluated
+            waiting = study.get_trials(deepcopy=False,
+                                       states=(optuna.trial.TrialState.WAITING,))
+            if skopt is not None and not waiting:
+                study.enqueue_trial(skopt.propose(study))
+            elif idle >= IDLE_LIMIT and not waiting:
+                nxt = next((d for d in prep.survivors
+                            if config_key(parse_config(d)) not in done), None)
+                if nxt is None:
+                    return
+                study.enqueue_trial(self.pz.to_params(parse_config(nxt)))
+                idle = 0
+            trial = study.ask()
+            cfg = self.pz.suggest(trial)
+            key = config_key(cfg) if cfg is not None else None
+            if cfg is None or key not in prep.allowed:
+                reason = "invalid" if cfg is None else (
+                    "infeasible" if not self.feasible(cfg) else "pruned")
+                trial.set_constraint(CONSTRAINT, 1.0)
+                trial.set_user_attr("reason", reason)
+                if cfg is not None:
+                    trial.set_user_attr("config", json.loads(key))  # type: ignore[arg-type]
+                study.tell(trial, 0.0)
+                idle += 1
+                continue
+            trial.set_constraint(CONSTRAINT, 0.0)
+            if key in done:
+                trial.set_user_attr("duplicate", True)
+                trial.set_user_attr("config", json.loads(key))
+                trial.set_user_attr("key", key)
+                study.tell(trial, done[key])
+                idle += 1
+                continue
+            best = max(done.values(), default=0.0)
+            self._evaluate_and_tell(study, trial, cfg, on_trial,
+                                    incumbent=best if best > 0 else None)
+            idle = 0
+
+
+def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    return study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
+        study._study_id, number))
+
+
+def worker_main(recipe_path: str, opts: dict, worker: int) -> None:
+    """Entry point of a worker process (multiprocessing spawn)."""
+    import os
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    tuner = Tuner(load_recipe(recipe_path), TuneOptions(**opts))
+    study = tuner.open_study(worker)
+    try:
+        tuner.work(study, worker)
+    except KeyboardInterrupt:
+        pass
+
+
+def options_dict(opts: TuneOptions) -> dict:
+    return asdict(opts)

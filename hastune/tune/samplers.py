@@ -1,0 +1,107 @@
+"""Samplers for stage 2. Adding one is one entry in SAMPLERS.
+
+`tpe` (optuna TPESampler, default), `gp` (optuna GPSampler; needs torch), `random` (optuna
+RandomSampler) are optuna samplers with constraints: every trial sets the constraint
+`infeasible` (optuna 5's `Trial.set_constraint`; > 0 is violated), so a trial whose
+configuration was pruned or is infeasible ranks below every feasible trial instead of being
+read by the surrogate as zero goodput. `skopt` is scikit-optimize's
+GP through ask/tell, restricted to surviving configurations by its `space_constraint`; its
+suggestions enter the optuna study (the record) as enqueued trials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+
+from hastune.errors import InputError
+from hastune.tune.params import Parametrization
+
+CONSTRAINT = "infeasible"
+
+
+def is_infeasible(trial: optuna.trial.FrozenTrial) -> bool:
+    return trial.constraints.get(CONSTRAINT, 0.0) > 0
+
+
+def _tpe(seed: int, startup: int) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
+
+
+def _gp(seed: int, startup: int) -> optuna.samplers.BaseSampler:
+    try:
+        import torch  # noqa: F401  (GPSampler needs it; fail here with a clear message)
+    except ImportError:
+        raise InputError(None, "--sampler", "the gp sampler needs PyTorch, which is not installed",
+                         "pip install 'hastune[torch]' (CPU: torch==2.13.0), or use --sampler tpe"
+                         ) from None
+    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup,
+                                     deterministic_objective=True)
+
+
+def _random(seed: int, startup: int) -> optuna.samplers.BaseSampler:
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+SAMPLERS: dict[str, Callable[[int, int], optuna.samplers.BaseSampler]] = {
+    "tpe": _tpe,
+    "gp": _gp,
+    "random": _random,
+    "skopt": _random,  # the study's own sampler only fills what skopt did not enqueue
+}
+
+
+def make_sampler(name: str, seed: int, startup: int = 5) -> optuna.samplers.BaseSampler:
+    if name not in SAMPLERS:
+        raise InputError(None, "--sampler", f"unknown sampler {name!r}",
+                         f"use one of {', '.join(SAMPLERS)}")
+    return SAMPLERS[name](seed, startup)
+
+
+class SkoptProposer:
+    """scikit-optimize GP over the same parametrization, re-synced from the study each time
+    (so resumes and other workers' trials inform it)."""
+
+    def __init__(self, pz: Parametrization, seed: int, allowed: Callable[[Any], bool],
+                 startup: int = 5):
+        from skopt import Optimizer
+        from skopt.space import Integer
+
+        self.pz = pz
+        dims = pz.skopt_dims()
+
+        def ok(point: list[int]) -> bool:
+            _, cfg = pz.from_point(list(point))
+            return cfg is not None and allowed(cfg)
+
+        self.opt = Optimizer([Integer(0, len(v) - 1, name=n) for n, v in dims],
+                             base_estimator="GP", n_initial_points=startup,
+                             acq_optimizer="sampling", random_state=seed,
+                             space_constraint=ok)
+        self.told: set[int] = set()
+
+    def sync(self, study: optuna.Study) -> None:
+        xs, ys = [], []
+        for t in study.get_trials(deepcopy=False,
+                                  states=(optuna.trial.TrialState.COMPLETE,)):
+            if t.number in self.told or is_infeasible(t):
+                continue
+            self.told.add(t.number)
+            cfg = t.user_attrs.get("config")
+            if cfg is None:
+                continue
+            from hastune.config import parse_config
+
+            pt = self.pz.to_point(parse_config(cfg))
+            if pt is not None and pt not in xs:
+                xs.append(pt)
+                ys.append(-float(t.value or 0.0))  # skopt minimises
+        if xs:
+            self.opt.tell(xs, ys)
+
+    def propose(self, study: optuna.Study) -> dict[str, Any]:
+        self.sync(study)
+        params, _ = self.pz.from_point(list(self.opt.ask()))
+        return params

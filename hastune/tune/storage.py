@@ -1,0 +1,61 @@
+"""Where a tuning study lives: the optuna storage is the record of the run.
+
+- default: SQLite file DIR/study.db;
+- `journal:PATH` or a path ending in .log/.journal: optuna's journal file (many processes on one
+  machine, or a shared file system);
+- any SQLAlchemy URL optuna accepts (sqlite:///…, postgresql://…) for many machines.
+
+A trial whose worker died (kill -9) stays RUNNING in the storage; every worker fails such
+trials of dead processes on its own host when it starts and between trials (their pid is
+gone). RUNNING trials of other hosts are left alone: they never count as evaluations, so they
+cannot block a run, and the configuration is free to be suggested again.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import optuna
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def open_storage(url: str | None, out: Path) -> optuna.storages.BaseStorage:
+    if url is None:
+        out.mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{(out / 'study.db').resolve()}"
+    if url.startswith("journal:") or url.endswith((".log", ".journal")):
+        path = Path(url.removeprefix("journal:"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        from optuna.storages.journal import JournalFileBackend
+
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_dead_trials(study: optuna.Study) -> int:
+    """Fail RUNNING trials whose worker process on this host is gone. Returns how many."""
+    host = socket.gethostname()
+    n = 0
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        w = t.user_attrs.get("worker", "")
+        h, _, pid = w.rpartition(":")
+        if h == host and pid.isdigit() and not _pid_alive(int(pid)):
+            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+            n += 1
+    return n
