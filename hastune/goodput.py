@@ -64,13 +64,13 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
                    coarse_probes: int = 5) -> GoodputResult:
     """Find the largest passing rate; `run_at(rate)` runs one probe.
 
-    With `incumbent` (the best goodput found so far by a tuner), the first probe is just above
-    it; a deployment that fails there cannot win, so the search stops early: it only narrows
+    With `incumbent` (the best goodput found so far by a tuner), the first probe is at it; a
+    deployment that fails there cannot win, so the search stops early: it only narrows
     the goodput to `coarse_tolerance` in at most `coarse_probes` probes (a useful value for a
     surrogate model, at a fraction of the cost) and sets `early_stopped`."""
     res = GoodputResult(0.0, slo.criterion, slo.percentile, tolerance)
     if incumbent is not None and incumbent > 0:
-        start_rate = incumbent * (1.0 + tolerance)
+        start_rate = incumbent
 
     def probe(rate: float) -> bool:
         run = run_at(rate)

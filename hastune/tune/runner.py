@@ -225,8 +225,14 @@ class Tuner:
                 study.tell(trial, 0.0)
                 idle += 1
                 continue
-            trial.set_constraint(CONSTRAINT, 0.0)
+            trial.set_user_attr("key", key)
+            if key not in done and self._running_elsewhere(study, key, trial.number):
+                trial.set_user_attr("reason", "in progress in another worker")
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                idle += 1
+                continue
             if key in done:
+                trial.set_constraint(CONSTRAINT, 0.0)
                 trial.set_user_attr("duplicate", True)
                 trial.set_user_attr("config", json.loads(key))
                 trial.set_user_attr("key", key)
@@ -237,6 +243,13 @@ class Tuner:
             self._evaluate_and_tell(study, trial, cfg, on_trial,
                                     incumbent=best if best > 0 else None)
             idle = 0
+
+
+    @staticmethod
+    def _running_elsewhere(study: optuna.Study, key: str, number: int) -> bool:
+        return any(t.user_attrs.get("key") == key and t.number != number
+                   for t in study.get_trials(deepcopy=False,
+                                             states=(optuna.trial.TrialState.RUNNING,)))
 
 
 def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:

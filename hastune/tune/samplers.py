@@ -37,8 +37,12 @@ def _gp(seed: int, startup: int) -> optuna.samplers.BaseSampler:
         raise InputError(None, "--sampler", "the gp sampler needs PyTorch, which is not installed",
                          "pip install 'hastune[torch]' (CPU: torch==2.13.0), or use --sampler tpe"
                          ) from None
-    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup,
-                                     deterministic_objective=True)
+    import warnings
+
+    with warnings.catch_warnings():  # deterministic_objective is marked experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup,
+                                         deterministic_objective=True)
 
 
 def _random(seed: int, startup: int) -> optuna.samplers.BaseSampler:
@@ -72,9 +76,15 @@ class SkoptProposer:
         self.pz = pz
         dims = pz.skopt_dims()
 
-        def ok(point: list[int]) -> bool:
-            _, cfg = pz.from_point(list(point))
-            return cfg is not None and allowed(cfg)
+        verdicts: dict[tuple[int, ...], bool] = {}
+
+        def ok(point: list[int]) -> bool:  # called for thousands of candidates per ask
+            key = tuple(int(x) for x in point)
+            v = verdicts.get(key)
+            if v is None:
+                _, cfg = pz.from_point(list(key))
+                v = verdicts[key] = cfg is not None and allowed(cfg)
+            return v
 
         self.opt = Optimizer([Integer(0, len(v) - 1, name=n) for n, v in dims],
                              base_estimator="GP", n_initial_points=startup,
