@@ -7,6 +7,11 @@ A profile gives, for one model on one GPU type:
 - decode step latency: fixed (weights read) + per sequence + per context token (KV read);
 - memory: GPU bytes, LLM and encoder weight bytes, KV bytes per token, activation headroom.
 
+`tp` is the tensor-parallel degree the sections describe (latencies of one TP group; memory
+figures per GPU of it). A model too big for one GPU has a base `tp` > 1. `variants` holds the
+sections at other TP degrees; `Profile.for_tp(tp)` returns the profile at one of them. `fit`
+records how a calibrated profile was fitted (see hastune.calibrate, docs/profiles.md).
+
 Latencies are linear in their features so the simulator can advance a decode batch in closed
 form (see hastune.sim.decode) instead of step by step.
 """
@@ -60,8 +65,10 @@ def interp_curve(points: Curve, share: float) -> float:
 
 
 class MemorySpec(_Strict):
+    """Per GPU of a TP group: weights and KV heads are split across the group's GPUs."""
+
     gpu_bytes: float = Field(gt=0, description="usable device memory in bytes")
-    weight_bytes: float = Field(gt=0, description="LLM weights in bytes")
+    weight_bytes: float = Field(gt=0, description="LLM weights in bytes (per GPU)")
     encoder_weight_bytes: float = Field(ge=0, description="encoder + projector weights in bytes")
     kv_bytes_per_token: float = Field(gt=0)
     activation_bytes: float = Field(ge=0, default=0.0, description="headroom kept free")
@@ -135,6 +142,38 @@ class DecodeSpec(_Strict):
         return self.fixed_s + self.per_seq_s * batch + self.per_context_token_s * context_tokens
 
 
+class TPVariant(_Strict):
+    """The sections of a profile at another tensor-parallel degree. `encode` absent: the
+    base's (the encoder runs on one GPU either way). `memory` absent: the base's, with weight
+    and KV bytes per GPU scaled by base tp / this tp."""
+
+    prefill: PrefillSpec
+    decode: DecodeSpec
+    encode: EncodeSpec | None = None
+    memory: MemorySpec | None = None
+
+
+class FitStat(_Strict):
+    """Relative error of a fitted linear form against the model it was fitted to, in %."""
+
+    median_pct: float = Field(ge=0)
+    p90_pct: float = Field(ge=0)
+    max_pct: float = Field(ge=0)
+    points: int = Field(gt=0)
+
+
+class FitRecord(_Strict):
+    """How a calibrated profile was made: the kernel tables, the hold-out, any scaling."""
+
+    calibration: str = Field(description="kernel-table system, e.g. a100_sxm")
+    holdout_fraction: float = Field(ge=0, lt=1, default=0.2)
+    holdout_seed: int = 0
+    scale: dict[str, float] | None = Field(
+        default=None, description="derived GPU: compute / memory_bandwidth / interconnect ratios")
+    error: dict[str, FitStat] = Field(
+        default_factory=dict, description="stage (or stage@tpN) → linear-fit error")
+
+
 class Profile(_Strict):
     kind: Literal["profile"] = "profile"
     name: str
@@ -147,16 +186,69 @@ class Profile(_Strict):
     encode: EncodeSpec
     prefill: PrefillSpec
     decode: DecodeSpec
+    tp: int = Field(default=1, ge=1, description="tensor-parallel degree the sections describe")
+    variants: dict[int, TPVariant] = Field(
+        default_factory=dict, description="TP degree → sections at that degree")
+    fit: FitRecord | None = None
     path: str | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
     def _fits(self) -> Profile:
         if self.memory.kv_capacity_tokens() <= 0:
             raise ValueError(
-                "the LLM weights do not fit in GPU memory (no room left for KV cache). "
-                "Fix: check memory.gpu_bytes / weight_bytes, or use a larger GPU"
+                f"the LLM weights do not fit in GPU memory at tp {self.tp} (no room left for "
+                "KV cache). Fix: check memory.gpu_bytes / weight_bytes (per GPU), raise tp, "
+                "or use a larger GPU"
             )
+        for deg in self.variants:
+            if deg < 1 or deg == self.tp:
+                raise ValueError(
+                    f"variants has tp {deg}. Fix: use TP degrees ≥ 1 other than the base tp "
+                    f"{self.tp} (the base sections describe tp {self.tp})")
+            if self.memory_at(deg).kv_capacity_tokens() <= 0:
+                raise ValueError(
+                    f"variants[{deg}]: the LLM weights do not fit in GPU memory at tp {deg}. "
+                    "Fix: drop that variant or correct its memory section")
         return self
+
+    def memory_at(self, tp: int) -> MemorySpec:
+        """Per-GPU memory at TP degree `tp` (the variant's, or the base's scaled)."""
+        if tp == self.tp:
+            return self.memory
+        v = self._variant(tp)
+        if v.memory is not None:
+            return v.memory
+        r = self.tp / tp
+        return self.memory.model_copy(update={
+            "weight_bytes": self.memory.weight_bytes * r,
+            "kv_bytes_per_token": self.memory.kv_bytes_per_token * r})
+
+    def _variant(self, tp: int) -> TPVariant:
+        v = self.variants.get(tp)
+        if v is None:
+            have = ", ".join(str(k) for k in sorted({self.tp, *self.variants}))
+            raise ValueError(
+                f"profile {self.name} has no tensor-parallel variant tp={tp} (it has tp "
+                f"{have}). Fix: use one of those, or regenerate the profile with that degree")
+        return v
+
+    @property
+    def tp_degrees(self) -> list[int]:
+        return sorted({self.tp, *self.variants})
+
+    def for_tp(self, tp: int) -> Profile:
+        """This profile at TP degree `tp`; the base becomes one of its variants, so
+        `p.for_tp(2).for_tp(p.tp)` gives back `p`'s sections. ValueError if absent."""
+        if tp == self.tp:
+            return self
+        v = self._variant(tp)
+        others = {k: x for k, x in self.variants.items() if k != tp}
+        others[self.tp] = TPVariant(prefill=self.prefill, decode=self.decode,
+                                    encode=self.encode, memory=self.memory)
+        return self.model_copy(update={
+            "tp": tp, "prefill": v.prefill, "decode": v.decode,
+            "encode": v.encode or self.encode, "memory": self.memory_at(tp),
+            "variants": dict(sorted(others.items()))})
 
 
 def load_profile(path: str | Path) -> Profile:
