@@ -1,0 +1,1 @@
+"""Calibrated latency models: measured kernel tables → per-layer model → profile YAML."""

@@ -1,0 +1,172 @@
+"""A GPU as the latency model sees it: kernel predictors fitted on one system's tables,
+optionally scaled to a GPU that has no table of its own.
+
+Scaling a measured kernel time t to another GPU keeps the fitted per-launch latency t0 and
+scales the rest by the ratio of roofline times, max(F/P', B/W') / max(F/P, B/W): compute-bound
+kernels follow the compute ratio, memory-bound ones the bandwidth ratio. All-reduce keeps its
+small-message latency and scales the rest by the interconnect bandwidth ratio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from hastune.calibrate.gpus import GPUS, GPUSpec
+from hastune.calibrate.kernels import AllReduceModel, KernelModel
+from hastune.calibrate.tables import (
+    HOLDOUT_FRACTION,
+    HOLDOUT_SEED,
+    Hardware,
+    has_table,
+    load_hardware,
+    load_table,
+)
+
+ATTENTION_PROXY_SYSTEM = "h100_sxm"  # encoder-attention table used where a system has none
+
+
+@dataclass
+class SystemKernels:
+    """The predictors of one measured system, fitted on the non-held-out rows."""
+
+    hw: Hardware
+    models: dict[str, KernelModel]
+    allreduce: AllReduceModel
+    holdout_fraction: float
+    holdout_seed: int
+
+
+@lru_cache(maxsize=16)
+def system_kernels(root: Path, system: str, holdout_fraction: float = HOLDOUT_FRACTION,
+                   holdout_seed: int = HOLDOUT_SEED, max_rows: int | None = None
+                   ) -> SystemKernels:
+    """Fit every table of `system` on its fit rows (at most `max_rows` of them, evenly
+    spaced, for quick tests)."""
+    hw = load_hardware(root, system)
+    models = {}
+    for kind in ("gemm", "context_attention", "generation_attention", "encoder_attention"):
+        if not has_table(root, system, kind):
+            continue
+        fit_rows, _ = load_table(root, system, kind).split(holdout_fraction, holdout_seed)
+        if max_rows is not None and len(fit_rows) > max_rows:
+            keep = np.zeros(len(fit_rows), dtype=bool)
+            keep[np.linspace(0, len(fit_rows) - 1, max_rows).astype(int)] = True
+            fit_rows = fit_rows.subset(keep)
+        models[kind] = KernelModel.fit(fit_rows, hw)
+    ar_rows, _ = load_table(root, system, "allreduce").split(holdout_fraction, holdout_seed)
+    return SystemKernels(hw, models, AllReduceModel.fit(ar_rows), holdout_fraction,
+                         holdout_seed)
+
+
+@dataclass
+class Device:
+    """Kernel latencies (seconds) on one GPU type; arguments broadcast as numpy arrays."""
+
+    gpu: GPUSpec
+    kernels: SystemKernels
+    proxy: SystemKernels | None = None   # for encoder attention when the system has no table
+    peak_flops: float = field(init=False)
+    mem_bw: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        hw = self.kernels.hw
+        self.peak_flops = self.gpu.peak_flops or hw.peak_flops
+        self.mem_bw = self.gpu.mem_bw or hw.mem_bw
+
+    @property
+    def mem_bytes(self) -> float:
+        return self.gpu.mem_bytes or self.kernels.hw.mem_bytes
+
+    @property
+    def scale(self) -> tuple[float, float, float]:
+        """(compute, memory bandwidth, interconnect) relative to the measured system."""
+        hw = self.kernels.hw
+        return (self.peak_flops / hw.peak_flops, self.mem_bw / hw.mem_bw,
+                self.gpu.interconnect_ratio)
+
+    def kernel(self, kind: str, shapes: np.ndarray) -> np.ndarray:
+        model = self.kernels.models.get(kind)
+        if model is None:
+            if kind == "encoder_attention":
+                return self._encoder_attention_by_proxy(shapes)
+            raise ValueError(f"no {kind} table for {self.kernels.hw.system}")
+        return self._scaled(model, shapes, model.predict(shapes))
+
+    def _scaled(self, model: KernelModel, shapes: np.ndarray, t: np.ndarray) -> np.ndarray:
+        c, b, _ = self.scale
+        if c == 1.0 and b == 1.0:
+            return t
+        flops, nbytes = model.cost(shapes)
+        p, w = model.peak, model.bw
+        ratio = np.maximum(flops / (p * c), nbytes / (w * b)) / np.maximum(flops / p, nbytes / w)
+        t0 = model.fixed_s
+        return t0 + np.maximum(t - t0, 0.0) * ratio
+
+    def _encoder_attention_by_proxy(self, shapes: np.ndarray) -> np.ndarray:
+        """Encoder attention on a system without that table: the proxy system's encoder
+        attention × (this system's / the proxy's) causal attention at the same heads."""
+        if self.proxy is None or "encoder_attention" not in self.proxy.models:
+            raise ValueError(f"no encoder_attention table for {self.kernels.hw.system} "
+                             "and no proxy system")
+        b, s, h, d = np.atleast_2d(shapes).T
+        ctx_shapes = np.column_stack([b, s, h, h, d])
+        own = self.kernels.models["context_attention"]
+        other = self.proxy.models["context_attention"]
+        ratio = own.predict(ctx_shapes) / other.predict(ctx_shapes)
+        t = self.proxy.models["encoder_attention"].predict(shapes) * ratio
+        return self._scaled(own, ctx_shapes, t)
+
+    # --- kernels, in the tables' terms -----------------------------------------------------
+    def gemm(self, m, n, k) -> np.ndarray:
+        m, n, k = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (m, n, k)))
+        return self.kernel("gemm", np.column_stack([m.ravel(), n.ravel(), k.ravel()])
+                         ).reshape(m.shape)
+
+    def context_attention(self, batch, isl, heads, kv_heads, head_dim) -> np.ndarray:
+        a = np.broadcast_arrays(*(np.asarray(v, dtype=float)
+                                  for v in (batch, isl, heads, kv_heads, head_dim)))
+        return self.kernel("context_attention", np.column_stack([x.ravel() for x in a])
+                         ).reshape(a[0].shape)
+
+    def generation_attention(self, batch, heads, kv_heads, head_dim, step) -> np.ndarray:
+        a = np.broadcast_arrays(*(np.asarray(v, dtype=float)
+                                  for v in (batch, heads, kv_heads, head_dim, step)))
+        return self.kernel("generation_attention", np.column_stack([x.ravel() for x in a])
+                         ).reshape(a[0].shape)
+
+    def encoder_attention(self, batch, isl, heads, head_dim) -> np.ndarray:
+        a = np.broadcast_arrays(*(np.asarray(v, dtype=float)
+                                  for v in (batch, isl, heads, head_dim)))
+        return self.kernel("encoder_attention", np.column_stack([x.ravel() for x in a])
+                         ).reshape(a[0].shape)
+
+    def allreduce(self, gpus: int, elements) -> np.ndarray:
+        ar = self.kernels.allreduce
+        e = np.asarray(elements, dtype=float)
+        t = ar.predict(gpus, e.ravel()).reshape(e.shape)
+        if gpus <= 1 or self.gpu.interconnect_ratio == 1.0:
+            return t
+        t0 = ar.fixed_s(gpus)
+        return t0 + np.maximum(t - t0, 0.0) / self.gpu.interconnect_ratio
+
+    def elementwise(self, nbytes, kernels: int = 1) -> np.ndarray:
+        """Memory-bound element-wise kernels (norms, activations, RoPE): the source's
+        empirical constant per kernel plus bytes at its empirical share of bandwidth."""
+        hw = self.kernels.hw
+        return kernels * hw.mem_latency_s + np.asarray(nbytes, dtype=float) / (
+            self.mem_bw * hw.mem_bw_efficiency)
+
+
+def build_device(root: Path, gpu: str, holdout_fraction: float = HOLDOUT_FRACTION,
+                 holdout_seed: int = HOLDOUT_SEED, max_rows: int | None = None) -> Device:
+    spec = GPUS[gpu]
+    kern = system_kernels(Path(root), spec.system, holdout_fraction, holdout_seed, max_rows)
+    proxy = None
+    if "encoder_attention" not in kern.models:
+        proxy = system_kernels(Path(root), ATTENTION_PROXY_SYSTEM, holdout_fraction,
+                               holdout_seed, max_rows)
+    return Device(spec, kern, proxy)

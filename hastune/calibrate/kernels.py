@@ -1,0 +1,213 @@
+"""Per-kernel latency predictors fitted on one measured table.
+
+A prediction is a roofline baseline times a correction interpolated from the table:
+
+    t(x) = base(x) · exp(r̂(x)),   base = t0 + ((F/(P·e_c))^q + (B/(W·e_m))^q)^(1/q)
+
+F and B are the kernel's FLOPs and bytes, P and W the GPU's nominal peak and bandwidth; t0,
+e_c, e_m and q are fitted to the table (least squares on log latency). r̂ is the log ratio
+measured / baseline of the nearest table rows (Gaussian weights in log₂ shape space), with a
+small prior weight on 0: where the table is dense r̂ interpolates it, and it fades to 0 (the
+roofline × fitted efficiency alone) away from measured shapes. Axes beyond the table's range
+are clamped for the look-up, so an unmeasured size takes the efficiency of the nearest
+measured one and the roofline carries the scaling. One exception: more KV heads than the
+table holds (multi-head attention, e.g. Llama-30B's 52) are folded into the batch, since the
+kernel runs one block per (sequence, KV head): (b, kv) → (b·kv/kv_max, kv_max), same bytes
+and FLOPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from hastune.calibrate.tables import Hardware, KernelTable
+
+NEIGHBOURS = 8
+BANDWIDTH_OCTAVES = 0.5
+PRIOR_WEIGHT = 1e-3
+BYTES = 2.0  # bf16
+
+
+def _gemm(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    m, n, k = x.T
+    return (2 * m * n * k, BYTES * (m * k + k * n + m * n),
+            np.log2(np.column_stack([m, n, k])))
+
+
+def _context(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    b, s, h, kv, d = x.T  # causal: half the score matrix
+    feat = np.column_stack([b, s, kv, h / kv, d])
+    return 2 * b * h * d * s * s, BYTES * b * s * d * (2 * h + 2 * kv), np.log2(feat)
+
+
+def _generation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    b, h, kv, d, step = x.T
+    feat = np.column_stack([b, step + 1, kv, h / kv, d])
+    return 4 * b * h * d * step, BYTES * b * d * (2 * kv * step + 2 * h), np.log2(feat)
+
+
+def _encoder(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    b, s, h, d = x.T  # non-causal; batch and heads are one parallel axis to the kernel
+    feat = np.column_stack([b * h, s, d])
+    return 4 * b * h * d * s * s, BYTES * b * s * d * 4 * h, np.log2(feat)
+
+
+# kind → (batch, heads, KV heads) columns: the parallel axes folded past the table's KV range
+FOLD = {"context_attention": (0, 2, 3), "generation_attention": (0, 1, 2)}
+
+FEATURES: dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]] = {
+    "gemm": _gemm,
+    "context_attention": _context,
+    "generation_attention": _generation,
+    "encoder_attention": _encoder,
+}
+
+
+def _baseline(p: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, peak: float, bw: float
+              ) -> np.ndarray:
+    t0, ec, em, q = np.exp(p)
+    return t0 + ((flops / (peak * ec)) ** q + (nbytes / (bw * em)) ** q) ** (1.0 / q)
+
+
+@dataclass
+class KernelModel:
+    """Predictor for one kernel kind on one system; `predict(shapes)` → seconds."""
+
+    system: str
+    kind: str
+    peak: float
+    bw: float
+    params: np.ndarray          # log of (t0, e_c, e_m, q)
+    feats: np.ndarray           # fit rows, log₂ shape features
+    resid: np.ndarray           # log(measured / baseline) of the fit rows
+    rows: int
+    kv_max: float = 0.0         # largest KV-head count measured (FOLD kinds)
+
+    @classmethod
+    def fit(cls, table: KernelTable, hw: Hardware) -> KernelModel:
+        from scipy.optimize import least_squares
+
+        flops, nbytes, feats = FEATURES[table.kind](table.shapes)
+        y = np.log(table.latency_s)
+
+        def res(p: np.ndarray) -> np.ndarray:
+            return np.log(_baseline(p, flops, nbytes, hw.peak_flops, hw.mem_bw)) - y
+
+        p0 = np.log([max(float(table.latency_s.min()) * 0.5, 1e-7), 0.5, 0.5, 1.0])
+        p = least_squares(res, p0, method="trf").x
+        resid = y - np.log(_baseline(p, flops, nbytes, hw.peak_flops, hw.mem_bw))
+        kv_max = float(table.shapes[:, FOLD[table.kind][2]].max()) if table.kind in FOLD else 0.0
+        return cls(table.system, table.kind, hw.peak_flops, hw.mem_bw, p, feats, resid,
+                   len(table), kv_max)
+
+    @property
+    def fixed_s(self) -> float:
+        """The fitted per-launch latency t0."""
+        return float(np.exp(self.params[0]))
+
+    @property
+    def efficiency(self) -> tuple[float, float]:
+        """Fitted (compute, memory) efficiency against the nominal peak and bandwidth."""
+        return float(np.exp(self.params[1])), float(np.exp(self.params[2]))
+
+    def cost(self, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        flops, nbytes, _ = FEATURES[self.kind](np.atleast_2d(shapes).astype(float))
+        return flops, nbytes
+
+    def baseline(self, shapes: np.ndarray) -> np.ndarray:
+        flops, nbytes = self.cost(shapes)
+        return _baseline(self.params, flops, nbytes, self.peak, self.bw)
+
+    def correction(self, shapes: np.ndarray) -> np.ndarray:
+        """exp(r̂): the interpolated measured / baseline ratio (1 far from the table)."""
+        _, _, q = FEATURES[self.kind](np.atleast_2d(shapes).astype(float))
+        lo, hi = self.feats.min(axis=0), self.feats.max(axis=0)
+        q = np.clip(q, lo, hi)
+        k = min(NEIGHBOURS, len(self.resid))
+        dist, idx = self._tree().query(q, k=k)
+        dist, idx = dist.reshape(len(q), k), idx.reshape(len(q), k)
+        w = np.exp(-((dist / BANDWIDTH_OCTAVES) ** 2))
+        r = (w * self.resid[idx]).sum(axis=1) / (w.sum(axis=1) + PRIOR_WEIGHT)
+        return np.exp(r)
+
+    def fold(self, shapes: np.ndarray) -> np.ndarray:
+        """Shapes with KV heads beyond the table folded into the batch (see module doc)."""
+        if self.kind not in FOLD:
+            return shapes
+        bi, hi, ki = FOLD[self.kind]
+        over = shapes[:, ki] > self.kv_max
+        if not over.any():
+            return shapes
+        out = shapes.copy()
+        f = out[over, ki] / self.kv_max
+        out[over, bi] *= f
+        out[over, hi] /= f
+        out[over, ki] = self.kv_max
+        return out
+
+    def predict(self, shapes: np.ndarray) -> np.ndarray:
+        shapes = self.fold(np.atleast_2d(np.asarray(shapes, dtype=float)))
+        if len(shapes) == 0:
+            return np.zeros(0)
+        return self.baseline(shapes) * self.correction(shapes)
+
+    def _tree(self):
+        tree = getattr(self, "_kd", None)
+        if tree is None:
+            from scipy.spatial import cKDTree
+
+            tree = self._kd = cKDTree(self.feats)
+        return tree
+
+
+@dataclass
+class AllReduceModel:
+    """All-reduce latency: log-log interpolation over message size, per GPU count; beyond
+    the largest message, time grows at the largest message's bandwidth."""
+
+    system: str
+    sizes: dict[int, np.ndarray]     # GPU count → message sizes (bf16 elements), sorted
+    times: dict[int, np.ndarray]
+    rows: int
+
+    @classmethod
+    def fit(cls, table: KernelTable) -> AllReduceModel:
+        sizes, times = {}, {}
+        g, s = table.col("num_gpus"), table.col("message_size")
+        for n in sorted(set(g.astype(int))):
+            sel = g == n
+            order = np.argsort(s[sel])
+            sizes[n] = s[sel][order]
+            times[n] = table.latency_s[sel][order]
+        return cls(table.system, sizes, times, len(table))
+
+    @property
+    def gpu_counts(self) -> list[int]:
+        return sorted(self.sizes)
+
+    def fixed_s(self, gpus: int) -> float:
+        return float(self._times(gpus)[0])
+
+    def _times(self, gpus: int) -> np.ndarray:
+        if gpus not in self.times:
+            raise ValueError(f"no all-reduce measurements for {gpus} GPUs on {self.system} "
+                             f"(have {self.gpu_counts})")
+        return self.times[gpus]
+
+    def predict(self, gpus: int, elements: np.ndarray | float) -> np.ndarray:
+        e = np.maximum(np.atleast_1d(np.asarray(elements, dtype=float)), 1.0)
+        if gpus <= 1:
+            return np.zeros_like(e)
+        t = self._times(gpus)
+        s = self.sizes[gpus]
+        out = np.exp(np.interp(np.log(e), np.log(s), np.log(t)))
+        big = e > s[-1]
+        out[big] = t[-1] * e[big] / s[-1]
+        return out
+
+
+def abs_pct_error(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
+    return np.abs(pred / meas - 1.0) * 100.0
