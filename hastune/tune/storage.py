@@ -3,7 +3,8 @@
 - default: SQLite file DIR/study.db;
 - `journal:PATH` or a path ending in .log/.journal: optuna's journal file (many processes on one
   machine, or a shared file system);
-- any SQLAlchemy URL optuna accepts (sqlite:///…, postgresql://…) for many machines.
+- any SQLAlchemy URL optuna accepts (sqlite:///…, postgresql://…) for many machines;
+- `memory`: in this process only (benchmarks, experiments; nothing to resume from).
 
 A trial whose worker died (kill -9) stays RUNNING in the storage; every worker fails such
 trials of dead processes on its own host when it starts and between trials (their pid is
@@ -28,6 +29,8 @@ def open_storage(url: str | None, out: Path) -> optuna.storages.BaseStorage:
     if url is None:
         out.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{(out / 'study.db').resolve()}"
+    if url == "memory":
+        return optuna.storages.InMemoryStorage()
     if url.startswith("journal:") or url.endswith((".log", ".journal")):
         path = Path(url.removeprefix("journal:"))
         path.parent.mkdir(parents=True, exist_ok=True)
