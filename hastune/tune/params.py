@@ -81,6 +81,27 @@ class Parametrization:
             self.params[arch] = ps
             self.fixed[arch] = fixed
 
+    def narrowed(self, configs: list[Config]) -> Parametrization:
+        """The same parametrization on the smallest box holding `configs` (pruning's
+        survivors): fewer suggestions land on pruned configurations. An architecture with no
+        configuration left keeps its space (parameter names must not change mid-study)."""
+        spaces: dict[str, SearchSpace] = {}
+        for arch, sp in self.spaces.items():
+            mine = [c for c in configs if c.architecture == arch]
+            if not mine:
+                spaces[arch] = sp
+                continue
+            params: dict[str, Any] = {}
+            for k, v in sp.params.items():
+                vals = [getattr(c, k) for c in mine]
+                if isinstance(v, list):
+                    params[k] = [x for x in v if x in vals]
+                else:
+                    params[k] = {"low": min(vals), "high": max(vals)}
+            spaces[arch] = sp.model_copy(update={"params": SearchSpace.model_validate(
+                {"architecture": arch, "budget": sp.budget, "params": params}).params})
+        return Parametrization(spaces, self.budget)
+
     # -- optuna ---------------------------------------------------------------------------
     def suggest(self, trial: Any) -> Config | None:
         """Define-by-run suggestion; None when the point is not a valid configuration."""

@@ -32,7 +32,7 @@ from hastune.tune.storage import fail_dead_trials, open_storage, worker_id
 log = logging.getLogger(__name__)
 Config = EPDConfig | EPDStaticConfig
 COMPLETE = optuna.trial.TrialState.COMPLETE
-IDLE_LIMIT = 25  # suggestions in a row that evaluate nothing before a survivor is enqueued
+IDLE_LIMIT = 10  # suggestions in a row that evaluate nothing before a survivor is enqueued
 
 
 @dataclass
@@ -144,6 +144,8 @@ class Tuner:
         survivors = study.user_attrs["survivors"]
         self.prepared = Prepared(survivors, study.user_attrs["prune_report"],
                                  {config_key(parse_config(d)) for d in survivors})
+        if survivors:
+            self.pz = self.pz.narrowed([parse_config(d) for d in survivors])
         return self.prepared
 
     def _record(self, study: optuna.Study, cfg: Config,
