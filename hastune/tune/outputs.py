@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -91,16 +89,6 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
     return out
 
 
-def _num(x: Any) -> Any:
-    if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
-        return None
-    if isinstance(x, dict):
-        return {k: _num(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_num(v) for v in x]
-    return x
-
-
 def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
                   final: GoodputResult | None, plots: bool = True) -> list[Path]:
     out = Path(tuner.opts.out)
@@ -116,7 +104,9 @@ def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
         p.write_text(header + yaml.safe_dump(dump_config(cfg), sort_keys=False))
         written.append(p)
     p = out / "summary.json"
-    p.write_text(json.dumps(_num(summary), indent=2))
+    from hastune.cli.common import dumps
+
+    p.write_text(dumps(summary))  # the same text `--json` prints
     written.append(p)
     p = out / "trials.csv"
     write_trials_csv(study, p)

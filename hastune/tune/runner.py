@@ -228,11 +228,15 @@ class Tuner:
                 idle += 1
                 continue
             trial.set_user_attr("key", key)
-            if key not in done and self._running_elsewhere(study, key, trial.number):
-                trial.set_user_attr("reason", "in progress in another worker")
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                idle += 1
-                continue
+            if key not in done:  # look again: another worker may have taken it meanwhile
+                state, value = self._elsewhere(study, key, trial.number)
+                if state == "running":
+                    trial.set_user_attr("reason", "in progress in another worker")
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    idle += 1
+                    continue
+                if state == "done":
+                    done[key] = value
             if key in done:
                 trial.set_constraint(CONSTRAINT, 0.0)
                 trial.set_user_attr("duplicate", True)
@@ -248,10 +252,16 @@ class Tuner:
 
 
     @staticmethod
-    def _running_elsewhere(study: optuna.Study, key: str, number: int) -> bool:
-        return any(t.user_attrs.get("key") == key and t.number != number
-                   for t in study.get_trials(deepcopy=False,
-                                             states=(optuna.trial.TrialState.RUNNING,)))
+    def _elsewhere(study: optuna.Study, key: str, number: int) -> tuple[str | None, float]:
+        """Whether another trial evaluates (`running`) or has evaluated (`done`) `key`."""
+        for t in study.get_trials(deepcopy=False):
+            if t.number == number or t.user_attrs.get("key") != key:
+                continue
+            if t.state == COMPLETE and t.user_attrs.get("evaluated"):
+                return "done", float(t.value or 0.0)
+            if t.state == optuna.trial.TrialState.RUNNING and "reason" not in t.user_attrs:
+                return "running", 0.0
+        return None, 0.0
 
 
 def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
