@@ -27,7 +27,7 @@ from hastune.recipe import Recipe, load_recipe
 from hastune.space import space_for
 from hastune.tune.params import Parametrization
 from hastune.tune.samplers import CONSTRAINT, SkoptProposer, make_sampler
-from hastune.tune.storage import fail_dead_trials, open_storage, worker_id
+from hastune.tune.storage import fail_dead_trials, open_storage, settle, worker_id
 
 log = logging.getLogger(__name__)
 Config = EPDConfig | EPDStaticConfig
@@ -194,6 +194,13 @@ class Tuner:
         skopt = (SkoptProposer(self.pz, self.seed + worker,
                                lambda c: config_key(c) in prep.allowed)
                  if self.opts.sampler == "skopt" else None)
+        try:
+            self._loop(study, prep, skopt, on_trial)
+        finally:
+            settle(study)
+
+    def _loop(self, study: optuna.Study, prep: Prepared, skopt: SkoptProposer | None,
+              on_trial: Callable[[optuna.trial.FrozenTrial], None] | None) -> None:
         idle = 0
         while True:
             fail_dead_trials(study)
@@ -215,6 +222,7 @@ class Tuner:
                 study.enqueue_trial(self.pz.to_params(parse_config(nxt)))
                 idle = 0
             trial = study.ask()
+            trial.set_user_attr("worker", worker_id())
             cfg = self.pz.suggest(trial)
             key = config_key(cfg) if cfg is not None else None
             if cfg is None or key not in prep.allowed:

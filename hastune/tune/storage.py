@@ -14,8 +14,10 @@ cannot block a run, and the configuration is free to be suggested again.
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
+import time
 from pathlib import Path
 
 import optuna
@@ -51,14 +53,38 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+ORPHAN_GRACE_S = 2.0
+
+
+def orphans(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """RUNNING trials that name no worker: a process died between asking for the trial and
+    naming itself (a live worker names itself within milliseconds of asking)."""
+    return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+            if "worker" not in t.user_attrs]
+
+
 def fail_dead_trials(study: optuna.Study) -> int:
-    """Fail RUNNING trials whose worker process on this host is gone. Returns how many."""
+    """Fail RUNNING trials whose worker process on this host is gone, and orphans older than
+    ORPHAN_GRACE_S. Returns how many."""
     host = socket.gethostname()
+    now = datetime.datetime.now()
     n = 0
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        w = t.user_attrs.get("worker", "")
-        h, _, pid = w.rpartition(":")
-        if h == host and pid.isdigit() and not _pid_alive(int(pid)):
+        w = t.user_attrs.get("worker")
+        if w is None:
+            started = t.datetime_start or now
+            dead = (now - started).total_seconds() > ORPHAN_GRACE_S
+        else:
+            h, _, pid = w.rpartition(":")
+            dead = h == host and pid.isdigit() and not _pid_alive(int(pid))
+        if dead:
             study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
             n += 1
     return n
+
+
+def settle(study: optuna.Study) -> None:
+    """Before a worker leaves: wait out the grace of any orphan, then fail it."""
+    if orphans(study):
+        time.sleep(ORPHAN_GRACE_S + 0.1)
+        fail_dead_trials(study)
