@@ -30,6 +30,13 @@ class Evaluation:
                  requests: int | None = None, seed: int | None = None):
         self.recipe = recipe
         self.profile = profile or recipe.load_profile()
+        if self.profile.tp != 1:
+            # epd / epd-static place one worker per GPU; TP groups come with the PaDG work
+            raise InputError(self.profile.path, "tp",
+                             f"the profile describes a tensor-parallel group of "
+                             f"{self.profile.tp} GPUs, but epd and epd-static workers run on "
+                             "one GPU each", "use a GPU whose memory holds the model (a profile "
+                             "with tp: 1), e.g. a 80 GB or 141 GB card")
         self.seed = recipe.seed if seed is None else seed
         self.base_requests = requests or recipe.workload.requests
         self._pool: RequestSet = sample_requests(

@@ -151,3 +151,19 @@ def test_shipped_examples_and_profiles_validate() -> None:
     proc = hastune("validate", *files)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert proc.stdout.count("ok ") == len(files), proc.stdout
+
+
+def test_multi_gpu_profile_is_refused_for_epd(tmp_path):
+    import yaml
+
+    from tests.conftest import EXAMPLES
+
+    data = yaml.safe_load((EXAMPLES / "audio-ultravox-8xa100.yaml").read_text())
+    data["model"] = "qwen2-72b"
+    data["workload"] = {"mix": {"text": 1.0}, "requests": 100}
+    p = tmp_path / "big.yaml"
+    p.write_text(yaml.safe_dump(data))
+    r = subprocess.run([sys.executable, "-m", "hastune", "validate", str(p)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "qwen2-72b.yaml" in r.stderr and "tp" in r.stderr and "Fix:" in r.stderr

@@ -36,7 +36,6 @@ def validate_file(path: Path) -> tuple[str, str]:
     from hastune.config import parse_config
     from hastune.profile import load_profile
     from hastune.recipe import load_recipe
-    from hastune.workload import sample_requests
 
     data = read_yaml_mapping(path, "recipe/config/profile")
     kind = detect_kind(data, path)
@@ -46,12 +45,12 @@ def validate_file(path: Path) -> tuple[str, str]:
     if kind == "profile":
         prof = load_profile(path)
         return kind, f"{prof.model} on {prof.gpu} ({prof.source.split(':')[0]})"
+    from hastune.evaluate import Evaluation
+
     rec = load_recipe(path)
-    prof = rec.load_profile()
-    reqs = sample_requests(rec.workload, min(rec.workload.requests, 200), rec.seed,
-                           base=rec.base_dir)
-    return kind, (f"{rec.model} on {rec.cluster.gpus}× {rec.cluster.gpu}, profile {prof.name}, "
-                  f"{len(reqs)} sample requests ok")
+    ev = Evaluation(rec, requests=min(rec.workload.requests, 200))  # profile, trace, tp checks
+    return kind, (f"{rec.model} on {rec.cluster.gpus}× {rec.cluster.gpu}, profile "
+                  f"{ev.profile.name}, {len(ev.requests)} sample requests ok")
 
 
 @app.command()
