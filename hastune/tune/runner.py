@@ -106,7 +106,7 @@ class Tuner:
         """Prune once per study; later calls (resumes, workers) read the stored result."""
         attrs = study.user_attrs
         if "survivors" not in attrs:
-            ranked: list[dict] = []
+            cands: list[tuple[float, Config]] = []
             report: dict[str, Any] = {"total": 0, "kept": 0, "rules": dict.fromkeys(RULES, 0),
                                       "lower_bound_rps": 0.0, "pruned": self.opts.prune}
             for space in self.spaces.values():
@@ -114,20 +114,20 @@ class Tuner:
                     rep = prune(self.recipe, self.ev.profile, self.ev.requests, space,
                                 evaluate=lambda c: self._record(study, c, on_trial),
                                 probe_top=self.opts.probe_top, margin=self.opts.margin)
-                    cands = [(c.bound, c.config) for c in rep.kept]
+                    cands += [(c.bound, c.config) for c in rep.kept]
                     for r, n in rep.removed.items():
                         report["rules"][r] += n
                     report["total"] += rep.total
                     report["lower_bound_rps"] = max(report["lower_bound_rps"], rep.lower_bound)
                 else:
-                    cands = []
                     for c in space.configs(self.recipe.cluster.gpus):
                         report["total"] += 1
                         if self.feasible(c):
                             cands.append((min(self.bounds.stages(c).values()), c))
                         else:
                             report["rules"]["memory"] += 1
-                ranked += [json.loads(config_key(c)) for _, c in cands]
+            cands.sort(key=lambda bc: -bc[0])  # across architectures: best bound first
+            ranked = [json.loads(config_key(c)) for _, c in cands]
             report["kept"] = len(ranked)
             study.set_user_attr("prune_report", report)
             study.set_user_attr("survivors", ranked)
