@@ -18,7 +18,7 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from hastune.cli import evaluate, profile, simulate, tune, validate  # noqa: F401  (commands register)
+    from hastune.cli import evaluate, profile, serve, simulate, tune, validate  # noqa: F401  (commands register)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from hastune.cli import app
 from hastune.cli.common import dumps, fmt_s, load_inputs
+from hastune.errors import InputError
 
 
 @app.command()
@@ -19,10 +20,27 @@ def evaluate(
     config: Path = typer.Option(..., "--config", "-c", help="deployment config YAML"),
     requests: int | None = typer.Option(None, "--requests", "-n", help="requests per probe"),
     seed: int | None = typer.Option(None, "--seed", help="override the recipe's seed"),
+    evaluator: str = typer.Option("sim", "--evaluator", help="sim (simulator) or real "
+                                  "(the engine in runners/ with a real model)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Find the P90 goodput of a deployment: the highest rate that still meets the SLOs."""
-    rec, cfg, ev = load_inputs(recipe, config, requests, seed)
+    if evaluator == "real":
+        from hastune.config import load_config
+        from hastune.real import RealEvaluation
+        from hastune.recipe import load_recipe
+
+        rec, cfg = load_recipe(recipe), load_config(config)
+        if cfg.gpus > rec.cluster.gpus:
+            raise InputError(config, None, f"the config uses {cfg.gpus} GPUs but the recipe's "
+                             f"budget is {rec.cluster.gpus}", "lower the pools or raise "
+                             "cluster.gpus")
+        ev = RealEvaluation(rec, requests=requests, seed=seed)
+    elif evaluator == "sim":
+        rec, cfg, ev = load_inputs(recipe, config, requests, seed)
+    else:
+        raise InputError(None, "--evaluator", f"unknown evaluator {evaluator!r}",
+                         "use sim or real")
     con = Console(highlight=False, stderr=as_json)
     pct = rec.slo.percentile
 
@@ -37,15 +55,15 @@ def evaluate(
     if not as_json:
         con.print(f"[bold]{rec.name}[/]: {cfg.architecture} on {cfg.gpus} GPUs, "
                   f"SLO TTFT {fmt_s(rec.slo.ttft_s)} / TPOT {fmt_s(rec.slo.tpot_s)} at "
-                  f"P{pct:g} ({rec.slo.criterion}), {len(ev.requests)} requests per probe, "
-                  f"seed {ev.seed}")
+                  f"P{pct:g} ({rec.slo.criterion}), {evaluator} evaluator, seed {ev.seed}")
     res = ev.goodput(cfg, config, on_probe=show)
     wall = time.perf_counter() - t0
     out = res.as_dict()
     out.update({"architecture": cfg.architecture, "gpus": cfg.gpus,
                 "goodput_per_gpu": res.goodput_rps / cfg.gpus, "seed": ev.seed,
-                "requests_per_probe": len(ev.requests), "wall_s": wall,
-                "profile": ev.profile.name})
+                "evaluator": evaluator, "wall_s": wall})
+    if evaluator == "sim":
+        out.update({"requests_per_probe": len(ev.requests), "profile": ev.profile.name})
     if res.best_run is not None:
         out["at_goodput"] = {k: v for k, v in res.best_run.summary(rec.slo).items()
                              if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}

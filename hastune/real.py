@@ -1,0 +1,121 @@
+"""The real evaluator: runs a deployment in the engine (runners/) with a real model and
+measures goodput from real timestamps, with the same goodput search as the simulator.
+
+Short runs: `requests` per probe (default 120), each probe's arrivals capped at `max_span_s`
+seconds, 10% tolerance, ≤ 8 probes — a real probe costs seconds, not milliseconds. The engine
+starts once per deployment and serves every probe. torch loads only in the worker processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hastune.config import EPDConfig, EPDStaticConfig
+from hastune.errors import InputError
+from hastune.goodput import GoodputResult, Probe, search_goodput
+from hastune.recipe import Recipe
+from hastune.sim.result import RunResult
+from hastune.workload import RequestSet, sample_requests
+
+Config = EPDConfig | EPDStaticConfig
+
+
+@dataclass
+class RealOptions:
+    requests: int = 120
+    max_span_s: float = 20.0
+    tolerance: float = 0.1
+    max_probes: int = 8
+    warmup: float = 0.1
+    device: str = "cpu"
+    kv_tokens: int = 1 << 16
+
+
+def _vocab(model: str) -> int:
+    try:
+        from runners.model.config import get_config
+
+        return get_config(model).lm.vocab
+    except (ImportError, ValueError):
+        return 1000
+
+
+class RealEvaluation:
+    def __init__(self, recipe: Recipe, options: RealOptions | None = None,
+                 requests: int | None = None, seed: int | None = None):
+        self.recipe = recipe
+        self.opts = options or RealOptions()
+        if requests:
+            self.opts.requests = requests
+        self.seed = recipe.seed if seed is None else seed
+        self.pool: RequestSet = sample_requests(recipe.workload, self.opts.requests, self.seed,
+                                                base=recipe.base_dir)
+        self.vocab = _vocab(recipe.model)
+        self._engines: dict[str, object] = {}
+
+    def _engine(self, config: Config):
+        from runners.engine import Engine, EngineOptions
+
+        key = config.model_dump_json()
+        eng = self._engines.get(key)
+        if eng is None:
+            if config.architecture not in ("epd", "epd-static"):
+                raise InputError(None, "architecture", f"the engine runs epd and epd-static, "
+                                 f"not {config.architecture!r} yet", "evaluate it with the "
+                                 "simulator (--evaluator sim)")
+            try:
+                eng = Engine(config, EngineOptions(model=self.recipe.model,
+                                                   device=self.opts.device,
+                                                   kv_tokens=self.opts.kv_tokens)).start()
+            except (RuntimeError, ValueError) as exc:
+                raise InputError(self.recipe.path, "model", f"the engine could not start "
+                                 f"model {self.recipe.model!r}: {exc}", "use a model the "
+                                 "engine knows (ref-tiny, ref-small, ref-base or "
+                                 "package.module:factory)") from None
+            self._engines[key] = eng
+        return eng
+
+    def close(self) -> None:
+        for eng in self._engines.values():
+            eng.stop()  # type: ignore[attr-defined]
+        self._engines.clear()
+
+    def __enter__(self) -> RealEvaluation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def requests_at(self, rate: float) -> RequestSet:
+        n = min(self.opts.requests, max(20, int(rate * self.opts.max_span_s)))
+        return self.pool.head(n)
+
+    def run(self, config: Config, rate: float, config_path: object = None) -> RunResult:
+        from runners.engine.load import jobs_from, to_result
+
+        eng = self._engine(config)
+        jobs, offsets = jobs_from(self.requests_at(rate), rate, self.vocab, self.seed)
+        rec = eng.run(jobs, offsets, rate)  # type: ignore[attr-defined]
+        return to_result(rec, self.opts.warmup)
+
+    def goodput(self, config: Config, config_path: object = None,
+                on_probe: Callable[[Probe], None] | None = None,
+                incumbent: float | None = None) -> GoodputResult:
+        start = self.recipe.evaluator.start_rate or self._start_rate(config)
+        try:
+            return search_goodput(lambda r: self.run(config, r), self.recipe.slo,
+                                  start_rate=start, tolerance=self.opts.tolerance,
+                                  max_probes=self.opts.max_probes, on_probe=on_probe,
+                                  incumbent=incumbent, min_rate=0.05, max_rate=1e3)
+        finally:
+            self.close()
+
+    def _start_rate(self, config: Config) -> float:
+        """The simulator's first guess when the recipe has a profile, else 2 req/s."""
+        try:
+            from hastune.evaluate import Evaluation
+
+            return Evaluation(self.recipe, requests=self.opts.requests).start_rate(config)
+        except InputError:
+            return 2.0

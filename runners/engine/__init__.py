@@ -1,0 +1,13 @@
+"""The serving engine: runs a deployment config (epd / epd-static) with a real model.
+
+Local processes per worker (encode + co-resident local prefill, remote prefill, decode), the
+shared policies of `hastune.policies` for batching and routing, and a frontend that submits
+requests, timestamps their first and last tokens, and fails requests explicitly when a worker
+dies. `Engine` is the entry point; see docs/engine.md.
+"""
+
+from __future__ import annotations
+
+from runners.engine.engine import Engine, EngineOptions
+
+__all__ = ["Engine", "EngineOptions"]

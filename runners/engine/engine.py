@@ -1,0 +1,249 @@
+"""The frontend: starts the workers of a deployment config, submits requests at their arrival
+times, timestamps first and last tokens, and never loses a request — every one ends completed
+or as an explicit failure, also when a worker process dies.
+
+Each request has an owner (the worker holding it): its encode worker, then the prefill worker
+its `encoded` event names, then the decode worker its `first` event names. When a worker
+process is found dead, every request it owns fails at once, it is marked dead so routing skips
+it, and a request later handed to it fails when the hand-off is reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing as mp
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from runners.engine.messages import (
+    EV_DONE,
+    EV_ENCODED,
+    EV_FAILED,
+    EV_FIRST,
+    EV_READY,
+    EV_STEP,
+    STOP,
+    Job,
+)
+from runners.engine.workers import Shared, decode_main, encode_main, prefill_main
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineOptions:
+    model: str = "ref-small"
+    device: str = "cpu"
+    threads: int = 1               # torch threads per worker process
+    prefill_tokens: int = 2048     # prefill batch token budget
+    kv_tokens: int = 1 << 16       # decode KV budget per decode worker (tokens)
+    max_batch: int = 64            # decode batch cap
+    start_timeout_s: float = 180.0
+    drain_timeout_s: float = 60.0  # after the last arrival, how long to wait for stragglers
+
+
+@dataclass
+class RunRecord:
+    rate: float
+    arrival: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    tokens: np.ndarray
+    failed: dict[int, str] = field(default_factory=dict)
+    overhead: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+class Engine:
+    def __init__(self, config: Any, options: EngineOptions | None = None,
+                 rate_hint: float = 1.0):
+        self.config = config
+        self.opts = options or EngineOptions()
+        self.rate_hint = rate_hint
+        self.procs: dict[str, Any] = {}
+        self.inboxes: dict[str, Any] = {}
+        self.started = False
+
+    # -- life cycle ---------------------------------------------------------------------
+    def start(self) -> Engine:
+        cfg = self.config
+        ctx = mp.get_context("spawn")
+        static = cfg.architecture == "epd-static"
+        e_names = [f"E{i}" for i in range(cfg.n_E)]
+        p_names = [f"P{i}" for i in range(cfg.n_P)]
+        d_names = [f"D{i}" for i in range(cfg.n_D)]
+        self.names = e_names + p_names + d_names
+        self.e_names = e_names
+        self.shared = Shared(ctx, len(p_names), len(d_names), self.names)
+        self.events = ctx.Queue()
+        for n in self.names:
+            self.inboxes[n] = ctx.Queue()
+        o = self.opts
+        wopts = {"model": o.model, "device": o.device, "threads": o.threads,
+                 "prefill_tokens": o.prefill_tokens, "kv_tokens": o.kv_tokens,
+                 "max_batch": o.max_batch, "rate_hint": self.rate_hint,
+                 "config": cfg.model_dump()}
+        p_in = [self.inboxes[n] for n in p_names]
+        d_in = [self.inboxes[n] for n in d_names]
+        for i, n in enumerate(d_names):
+            self._spawn(ctx, n, decode_main, (n, i, wopts, self.inboxes[n], self.events,
+                                              self.shared))
+        for i, n in enumerate(p_names):
+            self._spawn(ctx, n, prefill_main, (n, i, wopts, self.inboxes[n], self.events, d_in,
+                                               d_names, self.shared))
+        for i, n in enumerate(e_names):
+            self._spawn(ctx, n, encode_main, (n, i, wopts, self.inboxes[n], self.events, p_in,
+                                              p_names, d_in, d_names, self.shared))
+        ready: set[str] = set()
+        deadline = time.monotonic() + o.start_timeout_s
+        while len(ready) < len(self.names):
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"workers not ready after {o.start_timeout_s:.0f} s: "
+                                   f"{sorted(set(self.names) - ready)}")
+            for n, p in self.procs.items():
+                if not p.is_alive():
+                    self.stop()
+                    raise RuntimeError(f"worker {n} exited while loading (code {p.exitcode})")
+            try:
+                kind, _, name, _, _ = self.events.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if kind == EV_READY:
+                ready.add(name)
+        self.started = True
+        self._static = static
+        return self
+
+    def _spawn(self, ctx: Any, name: str, target: Any, args: tuple) -> None:
+        p = ctx.Process(target=target, args=args, name=f"hastune-{name}", daemon=True)
+        p.start()
+        self.procs[name] = p
+
+    def stop(self) -> None:
+        for n, q in self.inboxes.items():
+            if self.procs.get(n) is not None and self.procs[n].is_alive():
+                q.put(STOP)
+        for p in self.procs.values():
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+        self.started = False
+
+    def __enter__(self) -> Engine:
+        return self if self.started else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def kill(self, name: str) -> None:
+        """Kill one worker process (for failure tests)."""
+        self.procs[name].kill()
+
+    # -- one run --------------------------------------------------------------------------
+    def run(self, jobs: list[Job], offsets: list[float], rate: float,
+            on_progress: Any = None) -> RunRecord:
+        """Submit `jobs` at `offsets` seconds from now; wait until each completes or fails."""
+        n = len(jobs)
+        first = np.full(n, math.nan)
+        last = np.full(n, math.nan)
+        tokens = np.zeros(n)
+        arrival = np.full(n, math.nan)
+        failed: dict[int, str] = {}
+        owner: dict[int, str] = {}
+        index = {j.rid: k for k, j in enumerate(jobs)}
+        dead: set[str] = {n_ for n_ in self.names if not self.shared.is_alive(n_)}
+        overhead: dict[str, tuple[float, float]] = {}
+        t0 = time.monotonic() + 0.05
+        lock = threading.Lock()  # owner and arrival are shared with the submit thread
+
+        def submit() -> None:
+            for k, (job, off) in enumerate(zip(jobs, offsets)):
+                delay = t0 + off - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                e = self.e_names[k % len(self.e_names)]
+                job.arrival = time.monotonic()
+                with lock:
+                    arrival[index[job.rid]] = job.arrival
+                    owner[job.rid] = e
+                if not self.shared.is_alive(e):
+                    self.events.put((EV_FAILED, job.rid, e, job.arrival, f"worker {e} is dead"))
+                    continue
+                self.inboxes[e].put(job)
+
+        th = threading.Thread(target=submit, daemon=True)
+        th.start()
+        wall0 = time.monotonic()
+        end_by = t0 + (offsets[-1] if offsets else 0.0) + self.opts.drain_timeout_s
+        finished = 0
+
+        def fail(rid: int, why: str) -> None:
+            nonlocal finished
+            if rid not in failed and math.isnan(last[index[rid]]):
+                failed[rid] = why
+                finished += 1
+
+        while finished < n:
+            if time.monotonic() > end_by:
+                for j in jobs:
+                    if math.isnan(last[index[j.rid]]) and j.rid not in failed:
+                        fail(j.rid, "timed out")
+                break
+            for name, p in self.procs.items():
+                if name not in dead and not p.is_alive():
+                    dead.add(name)
+                    self.shared.alive[self.names.index(name)] = 0
+                    log.warning("worker %s died (exit code %s)", name, p.exitcode)
+                    with lock:
+                        for rid, w in list(owner.items()):
+                            if w == name:
+                                fail(rid, f"worker {name} died")
+            try:
+                kind, rid, name, t, extra = self.events.get(timeout=0.2)
+            except queue.Empty:
+                finished = sum(1 for j in jobs if j.rid in failed
+                               or not math.isnan(last[index[j.rid]]))
+                continue
+            if kind == EV_STEP:
+                overhead[name] = (extra[0], extra[1])
+                continue
+            if rid not in index or rid in failed:
+                continue
+            k = index[rid]
+            with lock:
+                if kind == EV_ENCODED:
+                    owner[rid] = extra
+                elif kind == EV_FIRST:
+                    first[k] = t
+                    owner[rid] = extra if extra else name
+                elif kind == EV_DONE:
+                    if math.isnan(first[k]):
+                        first[k] = t
+                    last[k] = t
+                    tokens[k] = extra
+                    owner.pop(rid, None)
+                    finished += 1
+                    if on_progress:
+                        on_progress(finished, n)
+                    continue
+                elif kind == EV_FAILED:
+                    fail(rid, str(extra))
+                    continue
+                dest = owner.get(rid)
+                if dest == "-" or dest in dead:
+                    fail(rid, f"handed to {'no worker' if dest == '-' else dest}, "
+                              "which is dead")
+        th.join(timeout=1)
+        model_s = sum(v[0] for v in overhead.values())
+        over_s = sum(v[1] for v in overhead.values())
+        return RunRecord(rate, arrival, first, last, tokens, failed,
+                         {"decode_model_s": model_s, "decode_overhead_s": over_s,
+                          "decode_overhead_share": over_s / model_s if model_s else 0.0},
+                         time.monotonic() - wall0)

@@ -1,0 +1,46 @@
+"""Turning a recipe's request set into engine jobs, and engine timestamps into the same
+RunResult the simulator produces (so one goodput search serves both)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hastune.sim.result import RunResult
+from hastune.workload import MODALITY_CODE, RequestSet
+from runners.engine.engine import RunRecord
+from runners.engine.messages import Job
+
+CODE_MODALITY = {v: k for k, v in MODALITY_CODE.items()}
+
+
+def jobs_from(reqs: RequestSet, rate: float, vocab: int, seed: int,
+              payload_size: dict[str, float] | None = None) -> tuple[list[Job], list[float]]:
+    """Jobs (prompt ids drawn from `seed`) and their arrival offsets at `rate`."""
+    rng = np.random.default_rng(seed)
+    offsets = reqs.arrivals(rate)
+    offsets = (offsets - offsets[0]).tolist()
+    jobs = []
+    for i in range(len(reqs)):
+        mod = CODE_MODALITY[int(reqs.modality[i])]
+        n = max(1, int(reqs.prompt_tokens[i]))
+        jobs.append(Job(rid=i, prompt=rng.integers(1, vocab, n).tolist(),
+                        max_tokens=max(1, int(reqs.output_tokens[i])),
+                        modality=None if mod == "text" else mod,
+                        payload_size=(payload_size or {}).get(mod)))
+    return jobs, offsets
+
+
+def to_result(rec: RunRecord, warmup: float) -> RunResult:
+    ttft = rec.first - rec.arrival
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(rec.tokens > 1, (rec.last - rec.first) / np.maximum(rec.tokens - 1, 1),
+                        np.nan)
+    for rid in rec.failed:
+        ttft[rid] = math.inf
+        tpot[rid] = math.inf
+    n = len(ttft)
+    return RunResult(rate=rec.rate, ttft=ttft, tpot=tpot, warmup=int(warmup * n),
+                     rejected=len(rec.failed), wall_s=rec.wall_s,
+                     extra={"failed": float(len(rec.failed)), **rec.overhead})

@@ -1,0 +1,271 @@
+"""Worker processes. Each loads the model once, then serves its inbox until told to stop.
+
+- encode (`E<i>`): micro-batches with the shared Poisson-gap (epd) or timeout (epd-static)
+  batcher, encodes, and routes each prompt with the shared deficit router: to its co-resident
+  local prefill (a thread of the same process; on CPU the two share the cores as threads, the
+  analogue of an SM split) or to the remote prefill worker with the fewest outstanding tokens;
+- prefill (`P<i>`, and each encode worker's local prefill): batches prompts up to a token
+  budget, runs them, reports the first token, and hands the KV to the decode worker with the
+  least KV reserved;
+- decode (`D<i>`): continuous batching under a KV-token budget, one token per step per request,
+  reports the last token.
+Load counters live in shared arrays, so routing sees every worker's load without messages.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from runners.engine.messages import (
+    EV_DONE,
+    EV_ENCODED,
+    EV_FIRST,
+    EV_READY,
+    EV_STEP,
+    STOP,
+    Job,
+)
+
+
+class Shared:
+    """Counters every process reads: outstanding prefill tokens, reserved decode KV tokens,
+    and which workers are alive."""
+
+    def __init__(self, ctx: Any, n_prefill: int, n_decode: int, names: list[str]):
+        self.prefill_load = ctx.Array("d", max(n_prefill, 1))
+        self.decode_load = ctx.Array("d", max(n_decode, 1))
+        self.alive = ctx.Array("b", [1] * len(names))
+        self.names = names
+
+    def is_alive(self, name: str) -> bool:
+        return bool(self.alive[self.names.index(name)])
+
+
+def _least(load: Any, names: list[str], shared: Shared) -> int | None:
+    best, idx = None, None
+    for i, n in enumerate(names):
+        if shared.is_alive(n) and (best is None or load[i] < best):
+            best, idx = load[i], i
+    return idx
+
+
+def _setup(opts: dict) -> Any:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(opts.get("threads", 1))
+    from runners.model import load_model
+
+    return load_model(opts["model"], device=opts.get("device", "cpu"))
+
+
+class _Prefill:
+    """Prefill batching and the KV hand-off, shared by remote workers and local threads."""
+
+    def __init__(self, model: Any, name: str, opts: dict, events: Any, decode_inboxes: list,
+                 decode_names: list[str], shared: Shared, remote_index: int | None):
+        self.model, self.name, self.events = model, name, events
+        self.budget = opts.get("prefill_tokens", 2048)
+        self.decode_inboxes, self.decode_names = decode_inboxes, decode_names
+        self.shared, self.remote_index = shared, remote_index
+
+    def tokens(self, job: Job) -> int:
+        n = len(job.prompt)
+        return n + (0 if job.embeddings is None else int(job.embeddings.shape[0]))
+
+    def run(self, jobs: list[Job]) -> None:
+        outs = self.model.prefill_batch([(j.prompt, j.embeddings) for j in jobs])
+        t = time.monotonic()
+        for job, (_first_token, handle) in zip(jobs, outs):
+            if self.remote_index is not None:
+                with self.shared.prefill_load.get_lock():
+                    self.shared.prefill_load[self.remote_index] -= self.tokens(job)
+            if job.max_tokens <= 1:
+                self.model.free(handle)
+                self.events.put((EV_FIRST, job.rid, self.name, t, None))
+                self.events.put((EV_DONE, job.rid, self.name, t, 1))
+                continue
+            d = _least(self.shared.decode_load, self.decode_names, self.shared)
+            if d is None:
+                self.model.free(handle)
+                self.events.put((EV_FIRST, job.rid, self.name, t, "-"))
+                continue
+            reserve = handle.length + job.max_tokens
+            with self.shared.decode_load.get_lock():
+                self.shared.decode_load[d] += reserve
+            self.events.put((EV_FIRST, job.rid, self.name, t, self.decode_names[d]))
+            state = self.model.export_kv(handle)
+            self.model.free(handle)
+            job.embeddings = None
+            self.decode_inboxes[d].put((job, state, reserve))
+
+    def take(self, first: Job, source: Any) -> list[Job]:
+        """`first` plus whatever waits in `source` within the token budget."""
+        batch, total = [first], self.tokens(first)
+        while True:
+            try:
+                nxt = source.get_nowait()
+            except queue.Empty:
+                break
+            if nxt == STOP:
+                source.put(STOP)
+                break
+            if total + self.tokens(nxt) > self.budget:
+                source.put(nxt)  # goes to the back: prompts may reorder at the budget edge
+                break
+            batch.append(nxt)
+            total += self.tokens(nxt)
+        return batch
+
+
+def prefill_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
+                 decode_inboxes: list, decode_names: list[str], shared: Shared) -> None:
+    model = _setup(opts)
+    pf = _Prefill(model, name, opts, events, decode_inboxes, decode_names, shared, index)
+    events.put((EV_READY, -1, name, time.monotonic(), None))
+    while True:
+        job = inbox.get()
+        if job == STOP:
+            return
+        pf.run(pf.take(job, inbox))
+
+
+def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
+                prefill_inboxes: list, prefill_names: list[str], decode_inboxes: list,
+                decode_names: list[str], shared: Shared) -> None:
+    from hastune.policies import DeficitRouter, PoissonGapBatcher, TimeoutBatcher
+
+    model = _setup(opts)
+    cfg = opts["config"]
+    static = cfg["architecture"] == "epd-static"
+    if static:
+        batcher: Any = TimeoutBatcher(cfg.get("batch", 4), cfg.get("timeout_ms", 20.0) / 1e3)
+    else:
+        gap = cfg.get("max_gap_ms", 50.0)
+        batcher = PoissonGapBatcher(cfg["B"], cfg.get("p", 0.6),
+                                    rate_hint=opts.get("rate_hint", 1.0),
+                                    max_gap=None if gap is None else gap / 1e3)
+    router = DeficitRouter(1.0 if static else cfg["s"])
+    local_q: queue.Queue = queue.Queue()
+    local_thread: threading.Thread | None = None
+    if not static:
+        local = _Prefill(model, name, opts, events, decode_inboxes, decode_names, shared, None)
+
+        def local_loop() -> None:
+            while True:
+                job = local_q.get()
+                if job == STOP:
+                    return
+                local.run(local.take(job, local_q))
+
+        local_thread = threading.Thread(target=local_loop, name=f"{name}-local-prefill",
+                                        daemon=True)
+        local_thread.start()
+    events.put((EV_READY, -1, name, time.monotonic(), None))
+
+    def route(job: Job, t: float) -> None:
+        remote = bool(prefill_names) and router.route()
+        p = _least(shared.prefill_load, prefill_names, shared) if remote else None
+        if p is None and static:
+            events.put((EV_ENCODED, job.rid, name, t, "-"))  # no remote prefill left
+            return
+        if p is None:
+            events.put((EV_ENCODED, job.rid, name, t, name))
+            local_q.put(job)
+            return
+        n = len(job.prompt) + (0 if job.embeddings is None else int(job.embeddings.shape[0]))
+        with shared.prefill_load.get_lock():
+            shared.prefill_load[p] += n
+        events.put((EV_ENCODED, job.rid, name, t, prefill_names[p]))
+        prefill_inboxes[p].put(job)
+
+    def encode(batch: list[Job]) -> None:
+        payloads = [model.example_payload(j.modality, j.payload_size, seed=j.rid) for j in batch]
+        embs = model.encode(payloads)
+        t = time.monotonic()
+        for j, e in zip(batch, embs):
+            j.embeddings = e
+            route(j, t)
+
+    while True:
+        d = batcher.deadline()
+        timeout = None if d is None else max(0.0, d - time.monotonic())
+        try:
+            job = inbox.get(timeout=timeout)
+        except queue.Empty:
+            batch = batcher.poll(time.monotonic())
+            if batch:
+                encode(batch)
+            continue
+        if job == STOP:
+            local_q.put(STOP)
+            if local_thread is not None:
+                local_thread.join(timeout=10)
+            return
+        now = time.monotonic()
+        if job.modality is None:
+            route(job, now)
+            continue
+        batch = batcher.add(now, job)
+        if batch:
+            encode(batch)
+
+
+def decode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
+                shared: Shared) -> None:
+    model = _setup(opts)
+    budget = opts.get("kv_tokens", 1 << 20)
+    max_batch = opts.get("max_batch", 64)
+    events.put((EV_READY, -1, name, time.monotonic(), None))
+    pending: deque = deque()
+    running: list[list[Any]] = []  # [job, handle, tokens left, tokens made, reserve]
+    reserved = 0
+    steps, model_s, loop_s = 0, 0.0, 0.0
+    while True:
+        it0 = time.monotonic()  # scheduling + hand-off (import_kv) count as engine overhead
+        try:
+            msg = inbox.get() if not running and not pending else inbox.get_nowait()
+        except queue.Empty:
+            msg = None
+        while msg is not None:
+            if msg == STOP:
+                return
+            pending.append(msg)
+            try:
+                msg = inbox.get_nowait()
+            except queue.Empty:
+                msg = None
+        while pending and len(running) < max_batch and reserved + pending[0][2] <= budget:
+            job, state, reserve = pending.popleft()
+            running.append([job, model.import_kv(state), job.max_tokens - 1, 1, reserve])
+            reserved += reserve
+        if not running:
+            continue
+        t0 = time.monotonic()
+        if t0 - it0 > 0.05:  # it blocked waiting for work: that is idle time, not overhead
+            it0 = t0
+        model.decode_step([r[1] for r in running])
+        t1 = time.monotonic()
+        keep = []
+        for r in running:
+            r[2] -= 1
+            r[3] += 1
+            if r[2] <= 0:
+                model.free(r[1])
+                reserved -= r[4]
+                with shared.decode_load.get_lock():
+                    shared.decode_load[index] -= r[4]
+                events.put((EV_DONE, r[0].rid, name, t1, r[3]))
+            else:
+                keep.append(r)
+        running = keep
+        steps += 1
+        model_s += t1 - t0
+        loop_s += time.monotonic() - it0
+        if steps % 50 == 0:
+            events.put((EV_STEP, -1, name, t1, (model_s, loop_s - model_s, steps)))
