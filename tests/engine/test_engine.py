@@ -1,0 +1,63 @@
+"""The engine with a real (tiny) model: every request ends completed or explicitly failed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+from hastune.config import EPDConfig, EPDStaticConfig  # noqa: E402
+from hastune.recipe import SLO, Workload  # noqa: E402
+from hastune.workload import sample_requests  # noqa: E402
+from runners.engine import Engine, EngineOptions  # noqa: E402
+from runners.engine.load import jobs_from, to_result  # noqa: E402
+
+WORKLOAD = Workload(mix={"image": 0.4, "audio": 0.2, "text": 0.4},
+                    modalities={"image": {"scheme": "tokens", "encoder_tokens": 16},
+                                "audio": {"scheme": "tokens", "encoder_tokens": 16}},
+                    prompt_tokens={"dist": "uniform", "min": 4, "max": 24},
+                    output_tokens={"dist": "uniform", "min": 2, "max": 12})
+OPTS = EngineOptions(model="ref-tiny", drain_timeout_s=60)
+
+
+def _jobs(n: int, rate: float, seed: int = 0):
+    return jobs_from(sample_requests(WORKLOAD, n, seed), rate, 512, seed)
+
+
+@pytest.mark.parametrize("config", [
+    EPDConfig(architecture="epd", n_E=1, n_P=1, n_D=1, B=2, s=0.5),
+    EPDStaticConfig(architecture="epd-static", n_E=1, n_P=1, n_D=1, batch=2, timeout_ms=10),
+])
+def test_load_run_loses_nothing(config):
+    jobs, offsets = _jobs(40, 20.0)
+    with Engine(config, OPTS) as eng:
+        rec = eng.run(jobs, offsets, 20.0)
+    assert not rec.failed
+    assert (rec.tokens == [j.max_tokens for j in jobs]).all()
+    res = to_result(rec, 0.1)
+    assert res.completed == 40 and (res.ttft > 0).all()
+    assert res.summary(SLO(ttft_s=10, tpot_s=1))["slo_met"]
+    assert rec.overhead["decode_model_s"] >= 0
+
+
+def test_a_dead_worker_fails_its_requests_and_the_rest_finish():
+    config = EPDConfig(architecture="epd", n_E=1, n_P=2, n_D=2, B=1, s=1.0)
+    jobs, offsets = _jobs(80, 16.0, seed=1)
+    with Engine(config, OPTS) as eng:
+        import threading
+
+        def kill_later() -> None:
+            time.sleep(offsets[30])
+            eng.kill("D0")
+
+        threading.Thread(target=kill_later, daemon=True).start()
+        rec = eng.run(jobs, offsets, 16.0)
+    done = {j.rid for j, last in zip(jobs, rec.last) if last == last}
+    assert done.isdisjoint(rec.failed)
+    assert len(done) + len(rec.failed) == len(jobs), "a request was lost"
+    assert rec.failed and all("D0" in why for why in rec.failed.values())
+    assert "timed out" not in " ".join(rec.failed.values())
+    # after the death, routing skips D0: most requests still complete
+    assert len(done) > len(jobs) // 2
