@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hastune.config import EPDConfig, EPDStaticConfig, parse_config
+from hastune.config import AnyConfig, parse_config
 from hastune.errors import InputError
 from hastune.space import SearchSpace
 
-Config = EPDConfig | EPDStaticConfig
+Config = AnyConfig
 
 
 @dataclass(frozen=True)
@@ -66,12 +66,19 @@ class Parametrization:
             ps: list[Param] = []
             gpu = sp.gpu_knobs()
             self.derived[arch] = gpu[-1] if sp.budget == "exact" else None
+            fixed = {}
             for k in gpu:
                 if k == self.derived[arch]:
                     continue
+                if isinstance(sp.params[k], list):  # e.g. tp: [1, 2, 4, 8]
+                    p = _list_param(pre + k, k, sp.choices(k))
+                    if p is None:
+                        fixed[k] = sp.choices(k)[0]
+                    else:
+                        ps.append(p)
+                    continue
                 r = sp.int_range(k, budget)
                 ps.append(Param(pre + k, k, "int", r.start, r.stop - 1))
-            fixed = {}
             for k in sp.other_knobs():
                 p = _list_param(pre + k, k, sp.choices(k))
                 if p is None:
@@ -121,12 +128,13 @@ class Parametrization:
     def build(self, arch: str, values: dict[str, Any]) -> Config | None:
         d = {"architecture": arch, **self.fixed[arch], **values}
         der = self.derived[arch]
+        sp = self.spaces[arch]
         if der is not None:
-            used = sum(v for k, v in values.items() if k in self.spaces[arch].gpu_knobs())
-            d[der] = self.budget - used
-            if d[der] not in self.spaces[arch].int_range(der, self.budget):
+            v = sp.derive(d, self.budget)  # the GPU count need not be a plain sum (tp × pp × n)
+            if v is None:
                 return None
-        elif sum(d[k] for k in self.spaces[arch].gpu_knobs()) > self.budget:
+            d[der] = v
+        elif sp.gpus_of(d) > self.budget:
             return None
         try:
             return parse_config(d)

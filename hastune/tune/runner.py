@@ -212,9 +212,14 @@ class Tuner:
                 return  # every surviving configuration has been evaluated
             waiting = study.get_trials(deepcopy=False,
                                        states=(optuna.trial.TrialState.WAITING,))
-            if skopt is not None and not waiting:
-                study.enqueue_trial(skopt.propose(study))
-            elif idle >= IDLE_LIMIT and not waiting:
+            if skopt is not None and not waiting and idle < IDLE_LIMIT:
+                params = skopt.propose(study, done)
+                if params is not None:
+                    study.enqueue_trial(params)
+                else:
+                    idle = IDLE_LIMIT  # skopt had nothing new: take the next survivor
+            if idle >= IDLE_LIMIT and not study.get_trials(
+                    deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
                 nxt = next((d for d in prep.survivors
                             if config_key(parse_config(d)) not in done), None)
                 if nxt is None:

@@ -74,6 +74,7 @@ class SkoptProposer:
         from skopt.space import Integer
 
         self.pz = pz
+        self.allowed = allowed
         dims = pz.skopt_dims()
 
         verdicts: dict[tuple[int, ...], bool] = {}
@@ -90,28 +91,36 @@ class SkoptProposer:
                              base_estimator="GP", n_initial_points=startup,
                              acq_optimizer="sampling", random_state=seed,
                              space_constraint=ok)
-        self.told: set[int] = set()
+        self.seen: set[int] = set()            # trial numbers read
+        self.told: set[tuple[int, ...]] = set()  # points told (each once)
 
     def sync(self, study: optuna.Study) -> None:
+        from hastune.config import parse_config
+
         xs, ys = [], []
         for t in study.get_trials(deepcopy=False,
                                   states=(optuna.trial.TrialState.COMPLETE,)):
-            if t.number in self.told or is_infeasible(t):
+            if t.number in self.seen or is_infeasible(t) or not t.user_attrs.get("evaluated"):
                 continue
-            self.told.add(t.number)
-            cfg = t.user_attrs.get("config")
-            if cfg is None:
-                continue
-            from hastune.config import parse_config
-
-            pt = self.pz.to_point(parse_config(cfg))
-            if pt is not None and pt not in xs:
+            self.seen.add(t.number)
+            pt = self.pz.to_point(parse_config(t.user_attrs["config"]))
+            if pt is not None and tuple(pt) not in self.told:
+                self.told.add(tuple(pt))
                 xs.append(pt)
                 ys.append(-float(t.value or 0.0))  # skopt minimises
         if xs:
             self.opt.tell(xs, ys)
 
-    def propose(self, study: optuna.Study) -> dict[str, Any]:
+    def propose(self, study: optuna.Study, done: dict[str, float]) -> dict[str, Any] | None:
+        """Parameters of skopt's next point, or None when it offers nothing new (it re-offers
+        an evaluated point, or its random fallback lands outside the survivors)."""
+        import warnings
+
         self.sync(study)
-        params, _ = self.pz.from_point(list(self.opt.ask()))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "evaluated at point ... before"
+            point = [int(x) for x in self.opt.ask()]
+        params, cfg = self.pz.from_point(point)
+        if tuple(point) in self.told or cfg is None or not self.allowed(cfg):
+            return None
         return params
