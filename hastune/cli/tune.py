@@ -166,6 +166,8 @@ def tune(
     from hastune.tune.outputs import best_trial
 
     bt = best_trial(st)
+    # the best config's probes and utilisation for the plots (simulated: a real re-run would
+    # cost as much as the trial itself)
     final = tuner.ev.goodput(parse_config(bt.user_attrs["config"])) if bt else None
     summary = summarize(tuner, st, time.perf_counter() - t0, final)
     code = 0 if summary["meets_slo"] else EXIT_NO_CONFIG

@@ -70,10 +70,9 @@ class Prepared:
 
 class Tuner:
     def __init__(self, recipe: Recipe, opts: TuneOptions):
-        if opts.evaluator != "sim":
-            raise InputError(None, "--evaluator", f"evaluator {opts.evaluator!r} is not "
-                             "available yet", "use --evaluator sim (the real engine comes with "
-                             "runners/)")
+        if opts.evaluator not in ("sim", "real"):
+            raise InputError(None, "--evaluator", f"unknown evaluator {opts.evaluator!r}",
+                             "use sim or real")
         if opts.trials < 1:
             raise InputError(None, "--trials", f"must be ≥ 1 (got {opts.trials})",
                              "give the number of evaluations to run")
@@ -83,7 +82,12 @@ class Tuner:
         self.recipe = recipe
         self.opts = opts
         self.seed = recipe.seed if opts.seed is None else opts.seed
-        self.ev = Evaluation(recipe)
+        self.ev = Evaluation(recipe)  # the profile and requests pruning works from
+        self.evaluator: Any = self.ev
+        if opts.evaluator == "real":
+            from hastune.real import RealEvaluation
+
+            self.evaluator = RealEvaluation(recipe)
         self.spaces = {a: space_for(a, recipe.path, recipe.search_space)
                        for a in recipe.architectures}
         self.pz = Parametrization(self.spaces, recipe.cluster.gpus)
@@ -169,7 +173,7 @@ class Tuner:
         t0 = time.perf_counter()
         trial.set_user_attr("worker", worker_id())
         try:
-            res = self.ev.goodput(cfg, incumbent=incumbent)
+            res = self.evaluator.goodput(cfg, incumbent=incumbent)
         except BaseException:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise
