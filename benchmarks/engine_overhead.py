@@ -1,0 +1,48 @@
+"""Engine overhead: scheduling and hand-off time per decode step (draining the inbox,
+admission, importing handed-off KV, bookkeeping, reporting finished requests) as a share of the
+model's own decode-step time, measured inside the decode workers under a load run.
+
+Run: OMP_NUM_THREADS=1 python benchmarks/engine_overhead.py [--model ref-small] [--rate 10]
+Target for the small default model on CPU: ≤ 10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from hastune.config import EPDConfig
+from hastune.recipe import Workload
+from hastune.workload import sample_requests
+from runners.engine import Engine, EngineOptions
+from runners.engine.load import jobs_from, to_result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", default="ref-small")
+    ap.add_argument("--rate", type=float, default=10.0)
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--output-tokens", type=float, default=48.0)
+    args = ap.parse_args()
+    w = Workload(mix={"image": 0.5, "text": 0.5},
+                 modalities={"image": {"scheme": "tokens", "encoder_tokens": 64}},
+                 prompt_tokens={"mean": 64, "cv": 0.5, "min": 4, "max": 256},
+                 output_tokens={"mean": args.output_tokens, "cv": 0.5, "min": 2, "max": 256})
+    reqs = sample_requests(w, args.requests, seed=0)
+    cfg = EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=1, B=2, s=0.0)
+    from hastune.real import _vocab
+
+    with Engine(cfg, EngineOptions(model=args.model), rate_hint=args.rate) as eng:
+        jobs, offsets = jobs_from(reqs, args.rate, _vocab(args.model), 0)
+        rec = eng.run(jobs, offsets, args.rate)
+    res = to_result(rec, 0.1)
+    o = rec.overhead
+    print(f"model {args.model}, epd 1-0-1, {args.requests} requests at {args.rate} req/s: "
+          f"{res.completed} completed, {len(rec.failed)} failed, {rec.wall_s:.1f} s")
+    print(f"decode model time {o['decode_model_s']:.2f} s, engine overhead "
+          f"{o['decode_overhead_s']:.2f} s: {100 * o['decode_overhead_share']:.1f}% of the "
+          "model's step time")
+
+
+if __name__ == "__main__":
+    main()
