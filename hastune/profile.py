@@ -10,7 +10,8 @@ A profile gives, for one model on one GPU type:
 `tp` is the tensor-parallel degree the sections describe (latencies of one TP group; memory
 figures per GPU of it). A model too big for one GPU has a base `tp` > 1. `variants` holds the
 sections at other TP degrees; `Profile.for_tp(tp)` returns the profile at one of them. `fit`
-records how a calibrated profile was fitted (see hastune.calibrate, docs/profiles.md).
+records how the profile was fitted: on kernel tables (calibrated, see hastune.calibrate) or on
+measurements of a real model (`hastune profile`, hastune.calibrate.measure); docs/profiles.md.
 
 Latencies are linear in their features so the simulator can advance a decode batch in closed
 form (see hastune.sim.decode) instead of step by step.
@@ -162,16 +163,45 @@ class FitStat(_Strict):
     points: int = Field(gt=0)
 
 
-class FitRecord(_Strict):
-    """How a calibrated profile was made: the kernel tables, the hold-out, any scaling."""
+class MeasuredFit(_Strict):
+    """How a measured profile was made (`hastune profile`): the device, the grid, and the
+    linear forms' error on the rows they were fitted on (`FitRecord.error` holds the error on
+    the held-out measured rows)."""
 
-    calibration: str = Field(description="kernel-table system, e.g. a100_sxm")
+    device: str = Field(description="what was measured on, e.g. 'cpu: AMD EPYC, 2 threads'")
+    torch: str = Field(description="torch version")
+    command: str = Field(description="the command that regenerates the profile")
+    warmup: int = Field(ge=0, description="untimed runs before each measured shape")
+    repeats: int = Field(ge=1, description="timed runs per shape; the median is kept")
+    rows: dict[str, int] = Field(description="stage → measured shapes (fitted + held out)")
+    share: str = Field(description="what the sm_curve shares mean on this device")
+    fitted_error: dict[str, FitStat] = Field(
+        default_factory=dict, description="stage → error on the fitted rows")
+
+
+class FitRecord(_Strict):
+    """How a profile was fitted: on kernel tables (`calibration`: the hold-out, any scaling)
+    or on measurements of a real model (`measured`)."""
+
+    calibration: str | None = Field(
+        default=None, description="kernel-table system, e.g. a100_sxm (calibrated profiles)")
+    measured: MeasuredFit | None = Field(
+        default=None, description="measured profiles: device, grid, fitted-row errors")
     holdout_fraction: float = Field(ge=0, lt=1, default=0.2)
     holdout_seed: int = 0
     scale: dict[str, float] | None = Field(
         default=None, description="derived GPU: compute / memory_bandwidth / interconnect ratios")
     error: dict[str, FitStat] = Field(
-        default_factory=dict, description="stage (or stage@tpN) → linear-fit error")
+        default_factory=dict, description="stage (or stage@tpN) → linear-fit error (measured "
+        "profiles: on held-out measured rows)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> FitRecord:
+        if (self.calibration is None) == (self.measured is None):
+            raise ValueError("a fit record names either calibration (the kernel-table system) "
+                             "or measured (a `hastune profile` run), not both or neither. Fix: "
+                             "regenerate the profile")
+        return self
 
 
 class Profile(_Strict):

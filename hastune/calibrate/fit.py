@@ -57,6 +57,15 @@ def fit_linear(features: np.ndarray, y: np.ndarray, names: tuple[str, ...]) -> L
                      len(y))
 
 
+def error_stat(features: np.ndarray, y: np.ndarray, coef: tuple[float, ...]
+               ) -> dict[str, float | int]:
+    """Relative |error| (%) of fitted coefficients on rows they were not fitted on."""
+    err = np.abs(features @ np.asarray(coef) / y - 1.0) * 100.0
+    return {"median_pct": round(float(np.median(err)), 2),
+            "p90_pct": round(float(np.percentile(err, 90)), 2),
+            "max_pct": round(float(err.max()), 2), "points": len(y)}
+
+
 def prefill_grid() -> tuple[np.ndarray, np.ndarray]:
     """(batch, length) pairs: up to the token budget, and single long prompts beyond it."""
     pts = [(b, s) for b in PREFILL_BATCHES for s in PREFILL_LENGTHS

@@ -1,8 +1,6 @@
-"""`hastune profile check PROFILE`: a calibrated profile's error against measured kernels.
-
-(Measuring a real model on a real device, `hastune profile` proper, waits for the engine's
-reference model; see docs/profiles.md.)
-"""
+"""`hastune profile`: measure a real model on a real device and write its profile;
+`hastune profile check PROFILE`: a profile's error against measurements (held-out kernel rows
+for calibrated profiles, held-out measured rows for measured ones)."""
 
 from __future__ import annotations
 
@@ -19,12 +17,131 @@ from hastune.cli.common import dumps
 from hastune.errors import InputError
 
 profile_app = typer.Typer(
-    help="Calibrated latency profiles. `check` compares a profile's kernel model with the "
-         "measured kernel tables it was fitted on. (Measuring a model on your own device is "
-         "pending the engine's reference model.)",
+    help="Latency profiles. `hastune profile --model M --device D --out P.yaml` measures a "
+         "model (the reference presets ref-tiny / ref-small / ref-base, or module:factory) on "
+         "this machine's device and writes its profile; `check` prints a profile's error "
+         "against measurements.",
     no_args_is_help=True,
+    invoke_without_command=True,
 )
 app.add_typer(profile_app, name="profile")
+
+
+@profile_app.callback()
+def measure(
+    ctx: typer.Context,
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="reference preset (ref-tiny, ref-small, ref-base) or "
+        "package.module:factory returning a runners.model.base.ServingModel"),
+    device: str = typer.Option("cpu", "--device", "-d", help="cpu, cuda or cuda:N"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="profile YAML to write "
+                                    "(measured rows are kept next to it, <out>.rows.json)"),
+    threads: int | None = typer.Option(None, "--threads", min=1,
+                                       help="CPU threads (default: torch's, one per core)"),
+    gpu: str | None = typer.Option(None, "--gpu", help="the profile's gpu label, i.e. its "
+                                   "profiles/<gpu>/ folder (default: cpu, or the CUDA name)"),
+    memory_gb: float | None = typer.Option(
+        None, "--memory-gb", min=0.01, help="CPU: the memory budget written as gpu_bytes "
+        "(default 2 GiB; CUDA uses the device's memory)"),
+    quick: bool = typer.Option(False, "--quick", help="a small grid (seconds; for tests)"),
+    fresh: bool = typer.Option(False, "--fresh", help="re-measure everything, ignoring the "
+                               "rows file of an earlier run"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
+) -> None:
+    """Measure encode, prefill and decode of a model on a device, fit the profile's linear
+    forms and write the profile. An interrupted run resumes from its rows file."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if model is None or out is None:
+        missing = "--model" if model is None else "--out"
+        raise InputError(None, missing, "hastune profile needs --model and --out",
+                         "e.g. hastune profile --model ref-small --device cpu --out p.yaml")
+    if not device.startswith("cuda") and device != "cpu":
+        raise InputError(None, "--device", f"unknown device {device!r}", "use cpu, cuda or "
+                         "cuda:N")
+    _require_torch(device)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from hastune.calibrate.profiler import profile_model
+
+    con = Console(highlight=False, stderr=True)
+    prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[shape]}"),
+                    console=con, transient=False)
+    task = prog.add_task(f"profiling {model} on {device}", total=None, shape="")
+
+    def on_start(total: int, cached: int) -> None:
+        prog.update(task, total=total)
+        if cached:
+            con.print(f"resuming: {cached} of {total} shapes already measured")
+
+    def on_row(shape, cached: bool) -> None:
+        prog.update(task, advance=1, shape=shape.key + (" (cached)" if cached else ""))
+
+    try:
+        with prog:
+            res = profile_model(model, device, out, threads=threads, gpu=gpu,
+                                memory_gb=memory_gb, quick=quick, fresh=fresh,
+                                on_start=on_start, on_row=on_row)
+    except ValueError as exc:  # a bad preset or factory: runners.model says what to fix
+        problem, _, fix = str(exc).partition(". Fix: ")
+        raise InputError(None, "--model", problem, fix or "check --model") from None
+    fit = res.data["fit"]
+    if as_json:
+        print(dumps({"profile": str(res.path), "rows_file": str(res.rows_path),
+                     "name": res.data["name"], "wall_s": res.wall_s, "measured": res.measured,
+                     "shapes": len(res.rows), "held_out_error": fit["error"],
+                     "fitted_error": fit["measured"]["fitted_error"],
+                     "encode": res.data["encode"], "prefill": res.data["prefill"],
+                     "decode": res.data["decode"]}))
+        return
+    out_con = Console(highlight=False)
+    out_con.print(f"wrote [bold]{res.path}[/] ({res.data['name']}; {len(res.rows)} shapes, "
+                  f"{res.measured} measured now, in {res.wall_s:.1f} s); rows in {res.rows_path}")
+    _print_measured(out_con, res.data["fit"], res.data)
+
+
+def _require_torch(device: str) -> None:
+    try:
+        import torch
+    except ImportError:
+        raise InputError(None, "--device", "measuring a model needs PyTorch, which is not "
+                         "installed", "pip install 'hastune[torch]' (torch==2.13.0)") from None
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(None, "--device", f"{device} requested but torch sees no CUDA GPU",
+                         "use --device cpu, or install a CUDA build of torch")
+
+
+def _coef_line(section: dict) -> str:
+    return ", ".join(f"{k} {v:.4g}" for k, v in section.items()
+                     if isinstance(v, float) and k.endswith("_s") and v)
+
+
+def _print_measured(con: Console, fit: dict, data: dict | None = None) -> None:
+    m = fit["measured"]
+    tab = Table(title="linear forms vs measured rows (relative |error|)")
+    for col in ("stage", "fitted rows", "median", "P90", "held-out rows", "median", "P90",
+                "max"):
+        tab.add_column(col, justify="left" if col == "stage" else "right")
+    for stage, f in m["fitted_error"].items():
+        h = fit["error"].get(stage)
+        held = (("-", "-", "-", "-") if h is None else
+                (str(h["points"]), f"{h['median_pct']:.1f}%", f"{h['p90_pct']:.1f}%",
+                 f"{h['max_pct']:.1f}%"))
+        tab.add_row(stage, str(f["points"]), f"{f['median_pct']:.1f}%",
+                    f"{f['p90_pct']:.1f}%", *held)
+    con.print(tab)
+    if data is not None:
+        for stage in ("encode", "prefill", "decode"):
+            con.print(f"  {stage}: {_coef_line(data[stage])}")
+    con.print(f"share curves: {m['share']}")
 
 
 def _fmt(stat, pct: bool = True) -> tuple[str, str, str]:
@@ -37,7 +154,7 @@ def _fmt(stat, pct: bool = True) -> tuple[str, str, str]:
 
 @profile_app.command("check")
 def check(
-    profile: Path = typer.Argument(..., help="a calibrated profile YAML (profiles/<gpu>/...)"),
+    profile: Path = typer.Argument(..., help="a calibrated or measured profile YAML"),
     calibration: Path | None = typer.Option(
         None, "--calibration", help="folder holding kernels/<system>/ "
         "(default: $HASTUNE_CALIBRATION, else <repo>/../shared/calibration)"),
@@ -45,12 +162,16 @@ def check(
 ) -> None:
     """Error of the profile's kernel predictors on the rows they were fitted on and on the
     held-out rows, per kernel kind (median and P90 |error|). Exit code 1 if a held-out median
-    for GEMM or attention is above 10%."""
+    for GEMM or attention is above 10%. For a measured profile (`hastune profile`): the
+    linear forms' error on the measured rows fitted and held out (no calibration data)."""
     from hastune.calibrate.check import GATE_PCT, check_system
     from hastune.calibrate.tables import require_calibration
     from hastune.profile import load_profile
 
     prof = load_profile(profile)
+    if prof.fit is not None and prof.fit.measured is not None:
+        _check_measured(prof, as_json)
+        return
     if prof.fit is None:
         raise InputError(profile, "fit", "the profile has no fit record, so it was not fitted "
                          "on kernel tables", "check a calibrated profile (profiles/<gpu>/*.yaml, "
@@ -108,3 +229,21 @@ def check(
     con.print(f"held-out median |error| ≤ {GATE_PCT:g}% for GEMM and attention: {verdict}")
     if not ok:
         raise typer.Exit(1)
+
+
+def _check_measured(prof, as_json: bool) -> None:
+    fit = prof.fit.model_dump()
+    m = fit["measured"]
+    if as_json:
+        print(dumps({"profile": prof.name, "measured": True, "device": m["device"],
+                     "command": m["command"], "holdout_fraction": fit["holdout_fraction"],
+                     "held_out": fit["error"], "fitted": m["fitted_error"],
+                     "rows": m["rows"], "share": m["share"]}))
+        return
+    con = Console(highlight=False)
+    con.print(f"[bold]{prof.name}[/]: measured on {m['device']} (torch {m['torch']}), "
+              f"{fit['holdout_fraction']:.0%} of each stage's shapes held out "
+              f"(seed {fit['holdout_seed']}); median of {m['repeats']} runs after "
+              f"{m['warmup']} warm-up")
+    _print_measured(con, fit)
+    con.print(f"regenerate: {m['command']}")
