@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from hastune.policies.admission import Admission, SlackTracker
 from hastune.policies.batcher import PoissonGapBatcher, TimeoutBatcher, poisson_gap_kappa
+from hastune.policies.mitosis import GROW, HOLD, SHRINK, Mitosis
 from hastune.policies.partitioner import SEED_SM_TABLE, SMPartitioner
+from hastune.policies.rolling import RollingActivation
 from hastune.policies.router import DeficitRouter
 
 __all__ = [
+    "Admission",
     "DeficitRouter",
+    "GROW",
+    "HOLD",
+    "Mitosis",
+    "RollingActivation",
+    "SHRINK",
+    "SlackTracker",
     "PoissonGapBatcher",
     "SEED_SM_TABLE",
     "SMPartitioner",
