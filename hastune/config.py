@@ -17,6 +17,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from hastune.errors import InputError, from_pydantic
@@ -80,12 +81,104 @@ class EPDStaticConfig(_Base):
         return self.n_E + self.n_P + self.n_D
 
 
-DeploymentConfig = Annotated[Union[EPDConfig, EPDStaticConfig], Field(discriminator="architecture")]
-_ADAPTER: TypeAdapter[EPDConfig | EPDStaticConfig] = TypeAdapter(DeploymentConfig)
-ARCHITECTURES = ("epd", "epd-static")
+class _Parallel(BaseModel):
+    """TP × PP of one full model replica; its GPUs sit next to each other (a TP group never
+    spans nodes: the profiles' TP latencies assume an intra-node all-reduce)."""
+
+    tp: int = Field(ge=1, le=64, description="tensor-parallel degree of one instance")
+    pp: int = Field(default=1, ge=1, le=16, description="pipeline stages of one instance")
+
+    @property
+    def instance_gpus(self) -> int:
+        return self.tp * self.pp
 
 
-def parse_config(data: dict, file: str | Path | None = None) -> EPDConfig | EPDStaticConfig:
+class PaDGConfig(_Base, _Parallel):
+    """EcoServe (partially disaggregated): `instances` full replicas of tp × pp GPUs, each
+    alternating prefill windows and decode windows; macro-instances of at most `n_upper`
+    instances admit requests (three checks) and activate their instances in rolling order.
+    `slack` chooses the statistic of saved TPOT that check (2) uses: the paper's `mean`, or
+    the stricter `min` / `quantile` (the `slack_quantile` lowest). With `mitosis`, instances
+    are added on TTFT pressure and drained on high slack, between `n_lower` and `n_upper` per
+    macro-instance, splitting past `n_upper`; `max_instances` bounds the GPUs it may take."""
+
+    architecture: Literal["padg"]
+    instances: int = Field(ge=1, le=1024, description="instances in service (at start)")
+    n_upper: int = Field(default=8, ge=1, description="N_u: most instances per macro-instance")
+    n_lower: int = Field(default=1, ge=1, description="N_l: fewest instances per macro-instance")
+    slack: Literal["mean", "min", "quantile"] = Field(
+        default="mean", description="saved-TPOT statistic of admission check (2)")
+    slack_quantile: float = Field(default=0.1, gt=0.0, lt=1.0,
+                                  description="which quantile, for slack: quantile")
+    status_interval_ms: float = Field(
+        default=10.0, gt=0.0, description="period at which instances report to the scheduler")
+    mitosis: bool = Field(default=False, description="elastic instance count (time-varying load)")
+    max_instances: int | None = Field(default=None, ge=1,
+                                      description="mitosis: the most instances (GPUs reserved)")
+    scale_interval_s: float = Field(default=5.0, gt=0.0, description="mitosis: decision period")
+    startup_s: float = Field(default=0.0, ge=0.0, description="mitosis: a new instance's load time")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> PaDGConfig:
+        if self.n_upper < self.n_lower:
+            raise ValueError(f"n_upper ({self.n_upper}) < n_lower ({self.n_lower}). "
+                             "Fix: make n_lower ≤ n_upper")
+        if self.max_instances is not None and self.max_instances < self.instances:
+            raise ValueError(f"max_instances ({self.max_instances}) < instances "
+                             f"({self.instances}). Fix: raise max_instances or remove it")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return self.instance_gpus * (self.max_instances if self.mitosis and self.max_instances
+                                     else self.instances)
+
+
+class NoDGConfig(_Base, _Parallel):
+    """vLLM-like replicas (tp × pp GPUs each): prefill and decode on the same instance with
+    continuous batching. `chunk_tokens` is the Sarathi-style token budget of one iteration
+    (decode tokens count one each, prefill chunks fill the rest); null runs vLLM's default of
+    separate prefill-only iterations that pause decoding. Encoders run inline."""
+
+    architecture: Literal["nodg"]
+    replicas: int = Field(ge=1, le=1024)
+    chunk_tokens: int | None = Field(default=512, ge=64, le=65536,
+                                     description="token budget per iteration (null: no chunking)")
+
+    @property
+    def gpus(self) -> int:
+        return self.instance_gpus * self.replicas
+
+
+class FuDGConfig(_Base):
+    """DistServe/Mooncake-like: a prefill pool and a decode pool of full-model instances, each
+    pool with its own parallelism; the KV cache crosses the cluster's links after prefill.
+    `interleaved` placement spreads both pools over every node and prefers a decode instance on
+    the prefill's node; `grouped` puts the prefill pool first, then the decode pool."""
+
+    architecture: Literal["fudg"]
+    prefill_instances: int = Field(ge=1, le=1024)
+    prefill_tp: int = Field(default=1, ge=1, le=64)
+    prefill_pp: int = Field(default=1, ge=1, le=16)
+    decode_instances: int = Field(ge=1, le=1024)
+    decode_tp: int = Field(default=1, ge=1, le=64)
+    decode_pp: int = Field(default=1, ge=1, le=16)
+    placement: Literal["interleaved", "grouped"] = "interleaved"
+
+    @property
+    def gpus(self) -> int:
+        return (self.prefill_instances * self.prefill_tp * self.prefill_pp
+                + self.decode_instances * self.decode_tp * self.decode_pp)
+
+
+AnyConfig = Union[EPDConfig, EPDStaticConfig, PaDGConfig, NoDGConfig, FuDGConfig]
+DeploymentConfig = Annotated[AnyConfig, Field(discriminator="architecture")]
+_ADAPTER: TypeAdapter[AnyConfig] = TypeAdapter(DeploymentConfig)
+ARCHITECTURES = ("epd", "epd-static", "padg", "nodg", "fudg")
+EPD_FAMILY = ("epd", "epd-static")
+
+
+def parse_config(data: dict, file: str | Path | None = None) -> AnyConfig:
     if "architecture" not in data:
         raise InputError(file, "architecture", "missing",
                          f"add architecture: one of {', '.join(ARCHITECTURES)}")
@@ -103,10 +196,10 @@ def parse_config(data: dict, file: str | Path | None = None) -> EPDConfig | EPDS
         raise err from None
 
 
-def load_config(path: str | Path) -> EPDConfig | EPDStaticConfig:
+def load_config(path: str | Path) -> AnyConfig:
     return parse_config(read_yaml_mapping(path, "deployment config"), path)
 
 
-def dump_config(cfg: EPDConfig | EPDStaticConfig) -> dict:
+def dump_config(cfg: AnyConfig) -> dict:
     d = cfg.model_dump(exclude_none=True)
     return {"kind": d.pop("kind"), "architecture": d.pop("architecture"), **d}

@@ -8,14 +8,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from hastune.config import EPDConfig, EPDStaticConfig
+from hastune.config import EPD_FAMILY, AnyConfig
 from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.profile import Profile
 from hastune.recipe import Recipe
 from hastune.sim import Simulator, make_simulator
+from hastune.sim.instance import InstanceTiming, instance_shapes
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet, sample_requests
+
+Config = AnyConfig
 
 
 class Evaluation:
@@ -30,13 +33,8 @@ class Evaluation:
                  requests: int | None = None, seed: int | None = None):
         self.recipe = recipe
         self.profile = profile or recipe.load_profile()
-        if self.profile.tp != 1:
-            # epd / epd-static place one worker per GPU; TP groups come with the PaDG work
-            raise InputError(self.profile.path, "tp",
-                             f"the profile describes a tensor-parallel group of "
-                             f"{self.profile.tp} GPUs, but epd and epd-static workers run on "
-                             "one GPU each", "use a GPU whose memory holds the model (a profile "
-                             "with tp: 1), e.g. a 80 GB or 141 GB card")
+        if any(a in EPD_FAMILY for a in recipe.architectures):
+            self._check_epd_tp()
         self.seed = recipe.seed if seed is None else seed
         self.base_requests = requests or recipe.workload.requests
         self._pool: RequestSet = sample_requests(
@@ -66,48 +64,101 @@ class Evaluation:
                                          base=self.recipe.base_dir)
         return self._pool.head(n)
 
-    def check(self, config: EPDConfig | EPDStaticConfig, config_path: str | Path | None = None
-              ) -> None:
-        if config.architecture not in self.recipe.architectures:
-            pass  # evaluating another architecture than the recipe tunes is allowed
-        if config.gpus > self.recipe.cluster.gpus:
-            raise InputError(config_path, None,
-                             f"the config uses {config.gpus} GPUs (n_E + n_P + n_D) but the "
-                             f"recipe's budget cluster.gpus is {self.recipe.cluster.gpus}",
-                             "lower n_E/n_P/n_D or raise cluster.gpus in the recipe")
+    def _check_epd_tp(self) -> None:
+        if self.profile.tp != 1:
+            # epd / epd-static place one worker per GPU; padg/nodg/fudg run TP groups
+            raise InputError(self.profile.path, "tp",
+                             f"the profile describes a tensor-parallel group of "
+                             f"{self.profile.tp} GPUs, but epd and epd-static workers run on "
+                             "one GPU each", "use a GPU whose memory holds the model (a profile "
+                             "with tp: 1), e.g. a 80 GB or 141 GB card, or architecture padg, "
+                             "nodg or fudg, which run TP groups")
 
-    def simulator(self, config: EPDConfig | EPDStaticConfig,
+    def check(self, config: Config, config_path: str | Path | None = None) -> None:
+        """Refuse a config this recipe cannot run, naming the field and the fix."""
+        cluster = self.recipe.cluster
+        if config.gpus > cluster.gpus:
+            how = ("n_E + n_P + n_D" if config.architecture in EPD_FAMILY
+                   else "instances × tp × pp")
+            raise InputError(config_path, None,
+                             f"the config uses {config.gpus} GPUs ({how}) but the recipe's "
+                             f"budget cluster.gpus is {cluster.gpus}",
+                             "use fewer GPUs in the config or raise cluster.gpus in the recipe")
+        if config.architecture in EPD_FAMILY:
+            self._check_epd_tp()
+            if self.recipe.workload.arrival.process == "closed":
+                raise InputError(self.recipe.path, "workload.arrival.process",
+                                 f"closed-loop arrivals are not simulated for "
+                                 f"{config.architecture}", "use poisson or gamma arrivals, or "
+                                 "architecture padg, nodg or fudg")
+            return
+        for prefix, tp, pp in instance_shapes(config):
+            if tp not in self.profile.tp_degrees:
+                raise InputError(config_path, f"{prefix}tp",
+                                 f"the profile {self.profile.name} has no tensor-parallel "
+                                 f"variant tp = {tp}",
+                                 "use one of tp " + ", ".join(map(str, self.profile.tp_degrees)))
+            if tp > cluster.gpus_per_node:
+                raise InputError(config_path, f"{prefix}tp",
+                                 f"tp = {tp} spans nodes (gpus_per_node = "
+                                 f"{cluster.gpus_per_node}); TP groups stay inside a node",
+                                 "lower tp and use pp for more GPUs per instance")
+            tm = InstanceTiming(self.profile, tp, pp, cluster)
+            if tm.kv_cap_text <= 0:
+                raise InputError(config_path, f"{prefix}pp",
+                                 f"the model's weights leave no room for KV cache at tp = {tp}, "
+                                 f"pp = {pp}", "raise tp or pp")
+
+    def simulator(self, config: Config,
                   config_path: str | Path | None = None) -> Simulator:
         self.check(config, config_path)
         return make_simulator(self.profile, self.recipe.cluster, config,
-                              warmup=self.recipe.workload.warmup)
+                              warmup=self.recipe.workload.warmup, slo=self.recipe.slo)
 
-    def run(self, config: EPDConfig | EPDStaticConfig, rate: float,
+    def run(self, config: Config, rate: float,
             config_path: str | Path | None = None) -> RunResult:
         if rate <= 0:
             raise InputError(None, "--rate", f"rate must be > 0 (got {rate})",
                              "give an arrival rate in requests per second")
         return self.simulator(config, config_path).run(self.requests_at(rate), rate)
 
-    def goodput(self, config: EPDConfig | EPDStaticConfig,
+    def goodput(self, config: Config,
                 config_path: str | Path | None = None,
                 on_probe: Callable[[Probe], None] | None = None,
                 incumbent: float | None = None) -> GoodputResult:
         sim = self.simulator(config, config_path)
         ev = self.recipe.evaluator
         start = ev.start_rate or self.start_rate(config)
-        return search_goodput(lambda r: sim.run(self.requests_at(r), r), self.recipe.slo,
-                              start_rate=start, tolerance=ev.tolerance,
-                              max_probes=ev.max_probes, on_probe=on_probe, incumbent=incumbent)
+        closed = self.recipe.workload.arrival.process == "closed"
+        res = search_goodput(lambda r: sim.run(self.requests_at(r), r), self.recipe.slo,
+                             start_rate=start, tolerance=ev.tolerance,
+                             min_rate=1.0 if closed else 1e-3,
+                             max_probes=ev.max_probes, on_probe=on_probe, incumbent=incumbent)
+        if closed:
+            # the search ran over the number of clients; goodput is the throughput they drew
+            run = res.best_run
+            res.goodput_rps = run.extra.get("throughput_rps", 0.0) if run is not None else 0.0
+        return res
 
-    def start_rate(self, config: EPDConfig | EPDStaticConfig) -> float:
-        """A first guess near the decode pool's capacity, so the bracket takes few probes."""
+    def start_rate(self, config: Config) -> float:
+        """A first guess near the decode capacity, so the bracket takes few probes (in closed
+        loop: a number of clients)."""
         prof = self.profile
         reqs = self.requests
         ctx = float((reqs.prefill_tokens + reqs.output_tokens / 2).mean())
         out = float(reqs.output_tokens.mean())
-        slots = max(1.0, min(prof.decode.max_batch,
-                             prof.memory.kv_capacity_tokens() / max(ctx + out / 2, 1.0)))
-        step = prof.decode.step(int(slots), slots * ctx)
-        per_gpu = slots / max(step * max(out - 1, 1.0), 1e-9)
-        return max(0.01, round(0.5 * per_gpu * config.n_D, 3))
+        if config.architecture in EPD_FAMILY:
+            dec, cap, units = prof.decode, prof.memory.kv_capacity_tokens(), config.n_D
+        else:
+            _, tp, pp = instance_shapes(config)[-1]
+            tm = InstanceTiming(prof, tp, pp, self.recipe.cluster)
+            dec, cap = tm.decode, tm.kv_cap_text
+            # decode instances; a replica that also prefills gets about half of its time
+            units = {"padg": lambda c: 0.5 * c.instances, "nodg": lambda c: 0.5 * c.replicas,
+                     "fudg": lambda c: c.decode_instances}[config.architecture](config)
+        slots = max(1.0, min(dec.max_batch, cap / max(ctx + out / 2, 1.0)))
+        step = dec.step(int(slots), slots * ctx)
+        per_unit = slots / max(step * max(out - 1, 1.0), 1e-9)
+        if self.recipe.workload.arrival.process == "closed":
+            return max(1.0, round(0.5 * slots * units))
+        return max(0.01, round(0.5 * per_unit * units, 3))

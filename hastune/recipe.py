@@ -58,8 +58,63 @@ def _dist(v: object) -> object:
 
 
 class Arrival(_Strict):
-    process: Literal["poisson", "gamma"] = "poisson"
+    """`poisson` or `gamma` (bursts: gaps with coefficient of variation `cv`) open-loop
+    arrivals at the probe's rate; or `closed`: a fixed number of clients (the probe's "rate" is
+    the concurrency), each sending its next request `think_s` after the previous one ends."""
+
+    process: Literal["poisson", "gamma", "closed"] = "poisson"
     cv: float = Field(default=1.0, gt=0, description="coefficient of variation of gaps (gamma)")
+    think_s: float = Field(default=0.0, ge=0, description="closed loop: pause between requests")
+
+
+class RateSchedule(_Strict):
+    """A time-varying arrival rate: the probe's rate × a multiplier that follows `points`
+    ([t_s, multiplier], t from 0, increasing), held (`step`) or interpolated (`linear`) between
+    points and held after the last. Arrivals are the request set's unit gaps time-rescaled, so
+    common random numbers still hold."""
+
+    shape: Literal["step", "linear"] = "step"
+    points: list[tuple[float, float]]
+
+    @field_validator("points")
+    @classmethod
+    def _points(cls, v: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        if not v:
+            raise ValueError("points is empty. Fix: give [[0, 1.0], [t, multiplier], ...]")
+        if v[0][0] != 0:
+            raise ValueError(f"the first point is at t = {v[0][0]}. Fix: start at [0, m]")
+        ts = [t for t, _ in v]
+        if any(b <= a for a, b in zip(ts, ts[1:])):
+            raise ValueError("point times must increase. Fix: sort them, no repeats")
+        if any(m <= 0 for _, m in v):
+            raise ValueError("a multiplier is ≤ 0. Fix: use multipliers > 0")
+        return v
+
+
+# EcoServe's datasets (Table 4): mean prompt / output tokens and default SLOs. The means are
+# the paper's; the shapes are ours (lognormal, clipped): `mean` below is the pre-clip mean
+# that gives the paper's mean after clipping and rounding (checked in tests/test_presets.py).
+PRESETS: dict[str, dict] = {
+    "alpaca": {  # Alpaca-GPT4: short instructions, mid-length answers
+        "prompt_tokens": {"dist": "lognormal", "mean": 20.63, "cv": 0.8, "min": 1, "max": 1024},
+        "output_tokens": {"dist": "lognormal", "mean": 163.82, "cv": 0.8, "min": 1, "max": 2048},
+        "slo": {"ttft_s": 1.0, "tpot_s": 0.1},
+        "means": (20.63, 163.80),
+    },
+    "sharegpt": {  # ShareGPT conversations: heavy-tailed prompts
+        "prompt_tokens": {"dist": "lognormal", "mean": 348.36, "cv": 1.5, "min": 4, "max": 4096},
+        "output_tokens": {"dist": "lognormal", "mean": 238.03, "cv": 1.0, "min": 1, "max": 2048},
+        "slo": {"ttft_s": 5.0, "tpot_s": 0.1},
+        "means": (343.76, 237.20),
+    },
+    "longbench": {  # LongBench: long documents, short answers
+        "prompt_tokens": {"dist": "lognormal", "mean": 2687.42, "cv": 0.6, "min": 64,
+                          "max": 16384},
+        "output_tokens": {"dist": "lognormal", "mean": 101.99, "cv": 1.0, "min": 1, "max": 1024},
+        "slo": {"ttft_s": 15.0, "tpot_s": 0.1},
+        "means": (2686.89, 101.78),
+    },
+}
 
 
 class ModalityPayload(_Strict):
@@ -107,9 +162,14 @@ class ModalityPayload(_Strict):
 
 
 class Workload(_Strict):
+    preset: Literal["alpaca", "sharegpt", "longbench"] | None = Field(
+        default=None, description="EcoServe dataset: its length distributions (and default SLOs)")
     requests: int = Field(default=2000, gt=0, description="requests simulated per rate probe")
     warmup: float = Field(default=0.1, ge=0, lt=1, description="share of first requests ignored")
     arrival: Arrival = Field(default_factory=Arrival)
+    rate_schedule: RateSchedule | None = None
+    max_context: int | None = Field(
+        default=None, gt=1, description="model context: prompts are cut so prompt + output fit")
     mix: dict[str, float] = Field(default_factory=lambda: {"text": 1.0})
     prompt_tokens: LengthDist = Field(default_factory=lambda: LengthDist(mean=256))
     output_tokens: LengthDist = Field(default_factory=lambda: LengthDist(mean=128))
@@ -153,6 +213,17 @@ class Workload(_Strict):
 
     @model_validator(mode="before")
     @classmethod
+    def _preset(cls, data: object) -> object:
+        # a preset fills the lengths the recipe does not give itself
+        if isinstance(data, dict) and data.get("preset") in PRESETS:
+            p = PRESETS[data["preset"]]
+            data = {**data}
+            for k in ("prompt_tokens", "output_tokens"):
+                data.setdefault(k, dict(p[k]))
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _trace_sizes(cls, data: object) -> object:
         # a trace may carry sizes itself: then mix/modalities are not required to match
         if isinstance(data, dict) and data.get("trace") and "modalities" not in data:
@@ -181,7 +252,7 @@ class Evaluator(_Strict):
     max_requests: int = Field(default=50_000, gt=0, description="cap on requests per probe")
 
 
-ArchName = Literal["epd", "epd-static"]
+ArchName = Literal["epd", "epd-static", "padg", "nodg", "fudg"]
 
 
 class Recipe(_Strict):
@@ -191,12 +262,22 @@ class Recipe(_Strict):
     profile: str | None = Field(default=None, description="explicit profile path")
     cluster: Cluster
     workload: Workload = Field(default_factory=Workload)
-    slo: SLO
+    slo: SLO = Field(description="TTFT/TPOT SLOs (default: the workload preset's)")
     architecture: Union[ArchName, list[ArchName]] = "epd"
     search_space: str | None = None
     evaluator: Evaluator = Field(default_factory=Evaluator)
     seed: int = Field(default=0, ge=0)
     path: str | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_slo(cls, data: object) -> object:
+        if isinstance(data, dict) and "slo" not in data:
+            wl = data.get("workload")
+            preset = wl.get("preset") if isinstance(wl, dict) else None
+            if preset in PRESETS:
+                data = {**data, "slo": dict(PRESETS[preset]["slo"])}
+        return data
 
     @property
     def architectures(self) -> list[str]:

@@ -14,12 +14,33 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hastune.config import EPDConfig, EPDStaticConfig, parse_config
+from hastune.config import AnyConfig, parse_config
 from hastune.errors import InputError, from_pydantic
 from hastune.yamlio import read_yaml_mapping
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
-GPU_KNOBS = {"epd": ("n_E", "n_P", "n_D"), "epd-static": ("n_E", "n_P", "n_D")}
+# How a config's GPU count is made of its knobs: a sum of products (one term per pool).
+GPU_TERMS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "epd": (("n_E",), ("n_P",), ("n_D",)),
+    "epd-static": (("n_E",), ("n_P",), ("n_D",)),
+    "padg": (("tp", "pp", "instances"),),
+    "nodg": (("tp", "pp", "replicas"),),
+    "fudg": (("prefill_tp", "prefill_pp", "prefill_instances"),
+             ("decode_tp", "decode_pp", "decode_instances")),
+}
+# the GPU knobs in order; with `budget: exact` the last one is derived from the others
+GPU_KNOBS = {a: tuple(k for term in terms for k in term) for a, terms in GPU_TERMS.items()}
+
+
+def gpus_used(architecture: str, values: dict[str, int]) -> int:
+    """GPUs a configuration with these knob values takes."""
+    total = 0
+    for term in GPU_TERMS[architecture]:
+        prod = 1
+        for k in term:
+            prod *= int(values.get(k, 1))
+        total += prod
+    return total
 
 
 class IntRange(BaseModel):
@@ -30,7 +51,7 @@ class IntRange(BaseModel):
 
 class SearchSpace(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    architecture: Literal["epd", "epd-static"]
+    architecture: Literal["epd", "epd-static", "padg", "nodg", "fudg"]
     budget: Literal["exact", "at_most"] = "exact"
     params: dict[str, IntRange | list[Any]]
 
@@ -42,15 +63,45 @@ class SearchSpace(BaseModel):
                 raise ValueError(f"params.{k} lists no values. Fix: give at least one value")
         return v
 
-    def gpu_knobs(self) -> tuple[str, ...]:
-        return GPU_KNOBS[self.architecture]
-
     def int_range(self, name: str, budget: int) -> range:
         r = self.params.get(name)
         if not isinstance(r, IntRange):
             raise ValueError(f"{name} must be a range")
         hi = budget if r.high is None else min(r.high, budget)
         return range(r.low, hi + 1)
+
+    def knob_values(self, name: str, budget: int) -> list[int]:
+        """The values a GPU knob may take: its range (capped by the budget) or its list; a
+        knob the space does not list is fixed at 1 (e.g. pp)."""
+        v = self.params.get(name)
+        if v is None:
+            return [1]
+        if isinstance(v, IntRange):
+            return list(self.int_range(name, budget))
+        return [int(x) for x in v]
+
+    def gpus_of(self, values: dict[str, int]) -> int:
+        return gpus_used(self.architecture, values)
+
+    def derive(self, values: dict[str, int], budget: int) -> int | None:
+        """With `budget: exact`, the value of the last GPU knob that makes the total exactly
+        the budget (None if no allowed value does)."""
+        last = self.gpu_knobs()[-1]
+        coef, rest = 1, 0
+        for term in GPU_TERMS[self.architecture]:
+            prod = 1
+            for k in term:
+                if k != last:
+                    prod *= int(values.get(k, 1))
+            if last in term:
+                coef = prod
+            else:
+                rest += prod
+        left = budget - rest
+        if coef <= 0 or left < 0 or left % coef:
+            return None
+        v = left // coef
+        return v if v in self.knob_values(last, budget) else None
 
     def choices(self, name: str) -> list[Any]:
         v = self.params[name]
@@ -59,17 +110,21 @@ class SearchSpace(BaseModel):
     def other_knobs(self) -> list[str]:
         return [k for k in self.params if k not in self.gpu_knobs()]
 
+    def gpu_knobs(self) -> tuple[str, ...]:
+        """GPU knobs this space sets (a knob it leaves out keeps the config's default)."""
+        return tuple(k for k in GPU_KNOBS[self.architecture] if k in self.params)
+
     def allocations(self, budget: int) -> Iterator[tuple[int, ...]]:
         """GPU counts per pool within the budget (exactly G or at most G)."""
         names = self.gpu_knobs()
-        ranges = [self.int_range(n, budget) for n in names]
+        ranges = [self.knob_values(n, budget) for n in names]
         for combo in itertools.product(*ranges):
-            total = sum(combo)
+            total = self.gpus_of(dict(zip(names, combo)))
             if total > budget or (self.budget == "exact" and total != budget) or total == 0:
                 continue
             yield combo
 
-    def configs(self, budget: int) -> Iterator[EPDConfig | EPDStaticConfig]:
+    def configs(self, budget: int) -> Iterator[AnyConfig]:
         """Every valid configuration (structurally invalid combinations are skipped)."""
         others = self.other_knobs()
         for alloc in self.allocations(budget):
@@ -85,7 +140,7 @@ class SearchSpace(BaseModel):
         return sum(1 for _ in self.configs(budget))
 
 
-def config_key(cfg: EPDConfig | EPDStaticConfig) -> tuple:
+def config_key(cfg: AnyConfig) -> tuple:
     """Identity of a configuration (for caching and de-duplication)."""
     d = cfg.model_dump(exclude={"kind", "name"})
     return tuple(sorted((k, v) for k, v in d.items()))

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from hastune.errors import InputError
-from hastune.recipe import MODALITIES, LengthDist, ModalityPayload, Workload
+from hastune.recipe import MODALITIES, LengthDist, ModalityPayload, RateSchedule, Workload
 
 MODALITY_CODE = {m: i for i, m in enumerate(MODALITIES)}
 
@@ -32,14 +32,18 @@ class RequestSet:
     prompt_tokens: np.ndarray    # text tokens
     output_tokens: np.ndarray    # tokens generated, ≥ 1
     seed: int
+    schedule: RateSchedule | None = None  # time-varying rate multiplier
+    think_s: float | None = None          # closed loop: clients' pause (None: open loop)
 
     def __len__(self) -> int:
         return int(self.gaps.shape[0])
 
     def arrivals(self, rate: float) -> np.ndarray:
+        """Arrival times at `rate` (× the schedule's multiplier, if any)."""
         if rate <= 0:
             raise ValueError("rate must be > 0")
-        return np.cumsum(self.gaps) / rate
+        u = np.cumsum(self.gaps) / rate
+        return u if self.schedule is None else _rescale(u, self.schedule)
 
     @property
     def prefill_tokens(self) -> np.ndarray:
@@ -51,7 +55,35 @@ class RequestSet:
             return self
         return RequestSet(self.gaps[:n], self.modality[:n], self.encoder_tokens[:n],
                           self.llm_tokens[:n], self.prompt_tokens[:n], self.output_tokens[:n],
-                          self.seed)
+                          self.seed, self.schedule, self.think_s)
+
+
+def _rescale(u: np.ndarray, sched: RateSchedule) -> np.ndarray:
+    """Time-rescaling: with Λ(t) = rate·m(t), an arrival at unit-rate operational time u/rate
+    happens at M⁻¹(u/rate), M(t) = ∫₀ᵗ m. M is piecewise linear for a step schedule and
+    piecewise quadratic for a linear one (inverted on a fine grid)."""
+    pts = sched.points
+    ts = [t for t, _ in pts]
+    ms = [m for _, m in pts]
+    grid_t, grid_M = [0.0], [0.0]
+    for i in range(1, len(pts)):
+        t0, t1 = ts[i - 1], ts[i]
+        if sched.shape == "step":
+            grid_t.append(t1)
+            grid_M.append(grid_M[-1] + ms[i - 1] * (t1 - t0))
+        else:
+            k = 256
+            for j in range(1, k + 1):
+                a, b = t0 + (t1 - t0) * (j - 1) / k, t0 + (t1 - t0) * j / k
+                ma = ms[i - 1] + (ms[i] - ms[i - 1]) * (a - t0) / (t1 - t0)
+                mb = ms[i - 1] + (ms[i] - ms[i - 1]) * (b - t0) / (t1 - t0)
+                grid_t.append(b)
+                grid_M.append(grid_M[-1] + 0.5 * (ma + mb) * (b - a))
+    gt, gm = np.array(grid_t), np.array(grid_M)
+    out = np.interp(u, gm, gt)
+    tail = u > gm[-1]
+    out[tail] = gt[-1] + (u[tail] - gm[-1]) / ms[-1]
+    return out
 
 
 def sample_lengths(d: LengthDist, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -132,11 +164,25 @@ def sample_requests(w: Workload, n: int | None, seed: int, base: Path | None = N
             c = MODALITY_CODE[m]
             e, l_ = payload_tokens(payload, k, streams[4 + 2 * c], streams[5 + 2 * c])
             enc[sel], llm[sel] = e, l_
-    return RequestSet(gaps, modality, enc, llm, prompt, output, seed)
+    return _finish(w, RequestSet(gaps, modality, enc, llm, prompt, output, seed))
+
+
+def _finish(w: Workload | None, rs: RequestSet) -> RequestSet:
+    """Apply the workload's context limit, rate schedule and closed-loop mode."""
+    if w is None:
+        return rs
+    prompt, llm = rs.prompt_tokens, rs.llm_tokens
+    if w.max_context is not None:
+        # keep the output, cut the text prompt (the paper truncates LongBench for Llama-30B)
+        room = np.maximum(w.max_context - rs.output_tokens - llm, 1.0)
+        prompt = np.minimum(prompt, room)
+    think = w.arrival.think_s if w.arrival.process == "closed" else None
+    return RequestSet(rs.gaps, rs.modality, rs.encoder_tokens, llm, prompt, rs.output_tokens,
+                      rs.seed, w.rate_schedule, think)
 
 
 def _gaps(w: Workload, n: int, rng: np.random.Generator, cv: float | None = None) -> np.ndarray:
-    if w.arrival.process == "poisson" and cv is None:
+    if w.arrival.process in ("poisson", "closed") and cv is None:
         return rng.exponential(1.0, n)
     cv = cv if cv is not None else w.arrival.cv
     k = 1.0 / (cv * cv)
@@ -207,9 +253,9 @@ def load_trace(path: Path, n: int | None, seed: int, w: Workload | None = None) 
             if sel.any():
                 e, l_ = payload_tokens(payload, int(sel.sum()), rng)
                 enc[sel], llm[sel] = e, l_
-    return RequestSet(
+    return _finish(w, RequestSet(
         gaps, modality, enc, llm,
         np.array([float(r["prompt_tokens"]) for r in rows]),
         np.array([max(1.0, float(r["output_tokens"])) for r in rows]),
         seed,
-    )
+    ))

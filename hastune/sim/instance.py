@@ -1,0 +1,216 @@
+"""One full-model instance of tp × pp GPUs: its timing, its memory, and its decode batch.
+
+Shared by the replica-based simulators (`padg`, `nodg`, `fudg`).
+
+Timing comes from the profile at the instance's TP degree (`Profile.for_tp`: the TP
+all-reduce is inside those latencies). Pipeline parallelism is derived from it, with the
+layers split evenly over `pp` stages and a hop of the activations (hidden × 2 bytes per token,
+the profile's `embedding_bytes_per_token`) between consecutive stages over the intra-node
+link, or the inter-node one when the instance spans nodes:
+
+- prefill of a batch: latency = t_tp(batch) + (pp − 1)·hop(tokens); a following batch can
+  enter the first stage after t_tp(batch)/pp + hop (batches pipeline);
+- decode: `pp` micro-batches of n/pp sequences in flight, so one token of every sequence takes
+  step_tp(n/pp) + pp·hop — the fixed (weight-read) cost once, per-sequence and per-context
+  costs divided by pp — a linear form again, so decoding stays closed-form;
+- a mixed iteration (chunked prefill beside decoding): the chunk runs in one micro-batch, so
+  its full cost sets the pipeline's cycle (the bubble that makes PP a poor fit for NoDG);
+- memory per GPU: weights / pp, KV of layers / pp; the instance holds `kv_cap` tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from heapq import heappop, heappush
+
+from hastune.cluster import Cluster
+from hastune.profile import DecodeSpec, Profile
+from hastune.sim.decode import DecodeWorker
+
+
+def instance_shapes(config) -> list[tuple[str, int, int]]:
+    """(field prefix, tp, pp) of each kind of instance a replica-based config runs."""
+    if config.architecture == "fudg":
+        return [("prefill_", config.prefill_tp, config.prefill_pp),
+                ("decode_", config.decode_tp, config.decode_pp)]
+    return [("", config.tp, config.pp)]
+
+
+class InstanceTiming:
+    """Latencies and KV capacity of one instance of tp × pp GPUs starting at `first_gpu`."""
+
+    def __init__(self, profile: Profile, tp: int, pp: int, cluster: Cluster,
+                 first_gpu: int = 0, with_encoder: bool = False):
+        prof = profile.for_tp(tp)  # ValueError naming the degrees the profile has
+        self.tp, self.pp, self.gpus = tp, pp, tp * pp
+        per_node = cluster.gpus_per_node
+        self.first_gpu = first_gpu
+        self.node = first_gpu // per_node
+        spans = (first_gpu // per_node) != ((first_gpu + self.gpus - 1) // per_node)
+        link = cluster.inter_node if spans else cluster.intra_node
+        emb = profile.embedding_bytes_per_token
+        self.hop_lat = link.latency_us * 1e-6 if pp > 1 else 0.0
+        self.hop_tok = emb / (link.bandwidth_GBps * 1e9) if pp > 1 else 0.0
+        pre, dec, mem = prof.prefill, prof.decode, prof.memory
+        self.p_fixed, self.p_tok, self.p_sq = pre.fixed_s, pre.per_token_s, pre.per_token_sq_s
+        self.max_batch_tokens = pre.max_batch_tokens
+        self.d_fixed = dec.fixed_s
+        self.decode = DecodeSpec(
+            fixed_s=dec.fixed_s + pp * self.hop_lat,
+            per_seq_s=dec.per_seq_s / pp + (self.hop_tok if pp > 1 else 0.0),
+            per_context_token_s=dec.per_context_token_s / pp,
+            max_batch=dec.max_batch * pp)
+        self.encode = prof.encode
+        free = mem.gpu_bytes * mem.utilisation - mem.weight_bytes / pp - mem.activation_bytes
+        kv_gpu = mem.kv_bytes_per_token / pp
+        self.kv_cap_text = int(free // kv_gpu) if free > 0 else 0
+        free -= mem.encoder_weight_bytes  # an inline encoder's weights sit beside the LLM's
+        self.kv_cap_mm = int(free // kv_gpu) if free > 0 else 0
+        self.kv_cap = self.kv_cap_mm if with_encoder else self.kv_cap_text
+        # the whole KV of one token across the instance (what FuDG moves)
+        self.kv_bytes_per_token = mem.kv_bytes_per_token * tp
+
+    # -- prefill --------------------------------------------------------------------------
+    def prefill_latency(self, tokens: float, tokens_sq: float) -> float:
+        """One batch through every stage."""
+        t = self.p_fixed + self.p_tok * tokens + self.p_sq * tokens_sq
+        if self.pp > 1:
+            t += (self.pp - 1) * (self.hop_lat + tokens * self.hop_tok)
+        return t
+
+    def prefill_stage(self, tokens: float, tokens_sq: float) -> float:
+        """How long a batch holds the first stage: when the next batch may enter."""
+        t = self.p_fixed + self.p_tok * tokens + self.p_sq * tokens_sq
+        if self.pp > 1:
+            return t / self.pp + self.hop_lat + tokens * self.hop_tok
+        return t
+
+    def encode_latency(self, items: int, tokens: float, tokens_sq: float) -> float:
+        e = self.encode
+        return (e.fixed_s + e.per_item_s * items + e.per_token_s * tokens
+                + e.per_token_sq_s * tokens_sq)
+
+    # -- mixed iteration (NoDG) ------------------------------------------------------------
+    def mixed(self, n: int, ctx: float, chunk: float, chunk_sq: float) -> float:
+        """An iteration decoding n sequences (total context ctx) beside a prefill chunk of
+        `chunk` tokens whose attention adds `chunk_sq` to Σ L²."""
+        d = self.decode
+        if chunk <= 0:
+            return d.fixed_s + d.per_seq_s * n + d.per_context_token_s * ctx
+        pf = self.p_tok * chunk + self.p_sq * chunk_sq
+        if self.pp > 1:
+            pf += (self.pp - 1) * (self.hop_lat + chunk * self.hop_tok)
+        if n == 0:
+            return self.p_fixed + pf
+        fixed = self.d_fixed if self.d_fixed > self.p_fixed else self.p_fixed
+        return (fixed + self.pp * self.hop_lat + d.per_seq_s * n + d.per_context_token_s * ctx
+                + pf)
+
+
+class ReplicaDecode(DecodeWorker):
+    """A closed-form decode batch that its instance drives boundary by boundary: requests join
+    at a boundary (`join`), the instance may run something else between two boundaries (a
+    prefill window, a mixed iteration) and then `advance`s to the next one. Running entries
+    are (finish step, request, ctx0 − join step, KV reserve, slack key)."""
+
+    __slots__ = ()
+
+    def __init__(self, spec: DecodeSpec, gpu: int = 0):
+        super().__init__(spec, 1 << 62, gpu)
+
+    def boundary(self, t: float) -> tuple[float, int]:
+        """The first step boundary at or after t (t itself when nothing is decoding)."""
+        if self.n == 0 or t <= self.t0:
+            return (t if t > self.t0 else self.t0), self.step
+        m = self.steps_until(t)
+        return self.time_of(m), self.step + m
+
+    def next_finish(self) -> tuple[float, int] | None:
+        if self.n == 0:
+            return None
+        s = self.running[0][0]
+        return self.time_of(s - self.step), s
+
+    def advance(self, t: float, step: int, t_last: list[float]) -> list[tuple]:
+        """Move to boundary `step` at time t; returns the entries that finished there."""
+        self.steps_run += step - self.step
+        self.step = step
+        self.t0 = t
+        running = self.running
+        done = []
+        while running and running[0][0] <= step:
+            e = heappop(running)
+            t_last[e[1]] = t
+            self.n -= 1
+            self.S -= e[2]
+            self.reserved -= e[3]
+            done.append(e)
+        return done
+
+    def join(self, req: int, ctx0: float, out: int, reserve: float, key: float = 0.0) -> None:
+        """Add a request (out ≥ 2 tokens, its first already produced) at the current boundary."""
+        s_i = ctx0 - self.step
+        heappush(self.running, (self.step + out - 1, req, s_i, reserve, key))
+        self.n += 1
+        self.S += s_i
+        self.reserved += reserve
+
+    @property
+    def context(self) -> float:
+        """Total context of the running batch at the current step."""
+        return self.S + self.n * self.step
+
+
+class QueueDecode(DecodeWorker):
+    """The plain continuous-batching decode worker (requests join at the next boundary after
+    they arrive, FIFO for KV and batch slots), reporting which requests finish at each wake."""
+
+    __slots__ = ()
+
+    def wake_collect(self, t: float, t_last: list[float], rejected: list[int],
+                     finished: list[int]) -> tuple[float, int] | None:
+        """`DecodeWorker.wake`, appending finished (and immediately done) requests."""
+        step = self.wake_step
+        self.steps_run += step - self.step  # type: ignore[operator]
+        self.step = step  # type: ignore[assignment]
+        self.t0 = t
+        self.wake_step = None
+        running = self.running
+        was_busy = self.n > 0
+        while running and running[0][0] <= step:
+            _, req, s_i, reserve = heappop(running)
+            t_last[req] = t
+            finished.append(req)
+            self.n -= 1
+            self.S -= s_i
+            self.reserved -= reserve
+        pending = self.pending
+        while pending:
+            req, ctx0, reserve, out = pending[0]
+            if reserve > self.cap:
+                pending.popleft()
+                self.pending_tokens -= reserve
+                rejected.append(req)
+                t_last[req] = math.inf
+                finished.append(req)
+                continue
+            if self.n >= self.max_batch or self.reserved + reserve > self.cap:
+                break
+            pending.popleft()
+            self.pending_tokens -= reserve
+            if out <= 1:
+                t_last[req] = t
+                finished.append(req)
+                continue
+            self.reserved += reserve
+            s_i = ctx0 - step
+            heappush(running, (step + out - 1, req, s_i, reserve))  # type: ignore[operator]
+            self.n += 1
+            self.S += s_i
+        if self.n == 0:
+            if was_busy:
+                self.busy_s += t - self.busy_since
+            return None
+        if not was_busy:
+            self.busy_since = t
+        return self._plan(self.time_of(running[0][0] - step), running[0][0])

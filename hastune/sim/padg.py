@@ -1,0 +1,431 @@
+"""Discrete-event simulation of `padg` (EcoServe) deployments: partially disaggregated
+instances — full replicas that alternate whole prefill windows and decode windows, so no KV
+ever leaves an instance.
+
+Requests go to a macro-instance (smooth weighted round robin over their sizes, preferring one
+with nobody waiting). Its scheduler offers the oldest waiting request to its instances in
+rolling order (hastune.policies.RollingActivation) and gives it to the first that passes the
+three admission checks (hastune.policies.Admission: TTFT, saved TPOT, memory); if none
+passes, the request waits and is offered again when an instance reports — a window closes, a
+request finishes, or every `status_interval_ms`.
+
+An instance that takes a request while decoding finishes its current decode step, then opens a
+prefill window: it prefills every request it has been given, in batches of up to
+`max_batch_tokens` that pipeline through its `pp` stages, for as long as requests keep coming.
+When the last batch ends the window closes: the window's requests get their first token then
+(TTFT includes the wait for this phase switch, as in the paper) and join the decode batch,
+which resumes in closed form (hastune.sim.instance.ReplicaDecode). Decoding requests make no
+progress during a window; check (2) bounds the stall by their saved TPOT.
+
+Mitosis (`mitosis: true`, for time-varying rates) lives in hastune.sim.padg_scaling.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from heapq import heappop, heappush
+from itertools import count
+
+import numpy as np
+
+from hastune.cluster import Cluster
+from hastune.config import PaDGConfig
+from hastune.policies import Admission, RollingActivation, SlackTracker
+from hastune.profile import Profile
+from hastune.recipe import SLO
+from hastune.sim.common import Arrivals, build_result
+from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER
+from hastune.sim.instance import InstanceTiming, ReplicaDecode
+from hastune.sim.result import RunResult
+from hastune.workload import RequestSet
+
+DECODE, SWITCHING, PREFILL = 0, 1, 2
+ARRIVE, SWITCH, DEC, PF_DONE, PF_NEXT, RETRY, SCALE, READY = range(8)
+
+
+class Inst:
+    """One instance's state."""
+
+    __slots__ = ("id", "tm", "dec", "slack", "phase", "queue", "pending_s", "kv_other", "win",
+                 "win_start", "in_flight", "last_done", "stage_busy", "ver", "ev_t", "target",
+                 "macro", "draining", "active", "cap", "seats", "prefill_s", "decode_since",
+                 "decode_s", "windows", "window_reqs")
+
+    def __init__(self, i: int, tm: InstanceTiming, slack: SlackTracker):
+        self.id = i
+        self.tm = tm
+        self.dec = ReplicaDecode(tm.decode, tm.first_gpu)
+        self.slack = slack
+        self.phase = DECODE
+        self.queue: deque[int] = deque()  # given to this instance, prefill not started
+        self.pending_s = 0.0              # profiled prefill time of `queue`
+        self.kv_other = 0.0               # KV reserved by queue + window (decode: dec.reserved)
+        self.win: list[int] = []          # prefilled in the open window, awaiting the switch
+        self.win_start = 0.0
+        self.in_flight = 0                # prefill batches running
+        self.last_done = 0.0              # when the last running batch ends
+        self.stage_busy = False
+        self.ver = 0
+        self.ev_t = 0.0
+        self.target = 0
+        self.macro: Macro | None = None
+        self.draining = False
+        self.active = True
+        self.cap = tm.kv_cap
+        self.seats = tm.decode.max_batch
+        self.prefill_s = 0.0
+        self.decode_since = 0.0
+        self.decode_s = 0.0
+        self.windows = 0
+        self.window_reqs = 0
+
+    @property
+    def idle(self) -> bool:
+        return (self.phase == DECODE and self.dec.n == 0 and not self.queue and not self.win)
+
+
+class Macro:
+    """A macro-instance: its members (rolling order), its waiting requests, its statistics."""
+
+    __slots__ = ("rolling", "queue", "timer", "cw", "ttft_sum", "ttft_n", "blocked_since",
+                 "starting")
+
+    def __init__(self, members: list[int]):
+        self.rolling = RollingActivation(members)
+        self.queue: deque[int] = deque()
+        self.timer = False
+        self.cw = 0.0
+        self.ttft_sum = 0.0
+        self.ttft_n = 0
+        self.blocked_since: float | None = None
+        self.starting = 0
+
+
+class PaDGSimulator:
+    """Simulates one padg deployment; `run(requests, rate)` is deterministic. After a run,
+    `last` holds the instances and macro-instances (tests and the mitosis timeline read it)."""
+
+    def __init__(self, profile: Profile, cluster: Cluster, config: PaDGConfig,
+                 warmup: float = 0.1, slo: SLO | None = None):
+        if config.gpus > cluster.gpus:
+            raise ValueError(f"config uses {config.gpus} GPUs, the budget is {cluster.gpus}")
+        if slo is None:
+            raise ValueError("padg's admission needs the recipe's SLOs")
+        self.profile, self.cluster, self.config, self.slo = profile, cluster, config, slo
+        self.warmup = warmup
+        total = config.max_instances if config.mitosis and config.max_instances else \
+            config.instances
+        g = config.instance_gpus
+        self.timings = [InstanceTiming(profile, config.tp, config.pp, cluster, first_gpu=i * g)
+                        for i in range(total)]
+        self.last: dict = {}
+
+    def groups(self, n: int) -> list[list[int]]:
+        """Instances 0..n−1 in as few macro-instances of at most N_u as possible, balanced."""
+        k = -(-n // self.config.n_upper)
+        return [list(range(n))[j::k] for j in range(k)]
+
+    def run(self, reqs: RequestSet, rate: float) -> RunResult:
+        wall0 = time.perf_counter()
+        cfg, slo = self.config, self.slo
+        n = len(reqs)
+        feed = Arrivals(reqs, rate)
+        arr = feed.times
+        n_open = feed.initial()
+        pre = reqs.prefill_tokens.tolist()
+        enc_tok = reqs.encoder_tokens.tolist()
+        out_tok = reqs.output_tokens.astype(np.int64).tolist()
+        mm = bool((reqs.encoder_tokens > 0).any())
+        t_first = [math.nan] * n
+        t_last = [math.nan] * n
+        rejected: list[int] = []
+        home = [-1] * n        # the instance that admitted each request ...
+        decoded_on = [-1] * n  # ... and the one that produced its last token
+        refused = [0, 0, 0, 0]  # admission attempts refused by check 1, 2, 3
+        tm0 = self.timings[0]
+        enc_lat = [tm0.encode_latency(1, x, x * x) if x > 0 else 0.0 for x in enc_tok]
+        est = [e + tm0.prefill_stage(L, L * L) for e, L in zip(enc_lat, pre)]
+        need = [L + o for L, o in zip(pre, out_tok)]
+        insts = [Inst(i, tm, SlackTracker(slo.tpot_s, cfg.slack, cfg.slack_quantile))
+                 for i, tm in enumerate(self.timings)]
+        for x in insts:
+            x.cap = x.tm.kv_cap_mm if mm else x.tm.kv_cap_text
+        cap = insts[0].cap
+        macros = [Macro(g) for g in self.groups(cfg.instances)]
+        for m in macros:
+            for k in m.rolling.members:
+                insts[k].macro = m
+        for x in insts[cfg.instances:]:
+            x.active = False
+        adm = Admission(slo.ttft_s)
+        status = cfg.status_interval_ms / 1e3
+        pp1 = cfg.pp == 1
+        heap: list[tuple] = []
+        seq = count()
+
+        def push(t: float, prio: int, kind: int, a: object, b: object = None) -> None:
+            heappush(heap, (t, prio, next(seq), kind, a, b))
+
+        def done(r: int, t: float) -> None:
+            if feed.closed:
+                nxt = feed.next_after(t)
+                if nxt is not None:
+                    push(nxt[0], PRIO_ARRIVE, ARRIVE, nxt[1])
+
+        def passes(x: Inst, r: int, t: float) -> bool:
+            d = x.dec
+            if x.phase == PREFILL:
+                window = t - x.win_start
+                left = x.last_done - t
+                pending = x.pending_s + (left if left > 0.0 else 0.0)
+                saved = x.slack.saved(d.step, t)
+                empty = False
+            else:
+                pending = x.pending_s
+                if d.n > 0:
+                    if x.phase == SWITCHING:
+                        tb, sb = x.ev_t, x.target
+                    else:
+                        tb, sb = d.boundary(t)
+                    saved = x.slack.saved(sb, tb)
+                    window = tb - t
+                else:
+                    saved, window = math.inf, 0.0
+                empty = pending == 0.0
+            seats = x.seats - d.n - len(x.win) - len(x.queue)
+            why = adm.check(window, pending, est[r], saved, x.cap - d.reserved - x.kv_other,
+                            need[r], seats, empty)
+            refused[why] += 1
+            return why == 0
+
+        def start(x: Inst, t: float) -> None:
+            q = x.queue
+            if x.stage_busy or not q:
+                return
+            lim = x.tm.max_batch_tokens
+            batch: list[int] = []
+            tokens = sq = enc = work = 0.0
+            while q:
+                r = q[0]
+                L = pre[r]
+                if batch and tokens + L > lim:
+                    break
+                q.popleft()
+                batch.append(r)
+                tokens += L
+                sq += L * L
+                enc += enc_lat[r]
+                work += est[r]
+            x.pending_s = x.pending_s - work if q else 0.0
+            lat = enc + x.tm.prefill_latency(tokens, sq)
+            x.in_flight += 1
+            if t + lat > x.last_done:
+                x.last_done = t + lat
+            x.stage_busy = True
+            push(t + lat, PRIO_DONE, PF_DONE, x, batch)
+            if not pp1:
+                push(t + enc + x.tm.prefill_stage(tokens, sq), PRIO_DONE, PF_NEXT, x)
+
+        def open_window(x: Inst, t: float) -> None:
+            x.phase = PREFILL
+            x.win_start = t
+            x.windows += 1
+            start(x, t)
+
+        def plan_decode(x: Inst) -> None:
+            nf = x.dec.next_finish()
+            if nf is not None:
+                x.ver += 1
+                x.ev_t, x.target = nf
+                push(nf[0], PRIO_DONE, DEC, x, x.ver)
+
+        def admit(x: Inst, r: int, t: float) -> None:
+            home[r] = x.id
+            x.queue.append(r)
+            x.pending_s += est[r]
+            x.kv_other += need[r]
+            if x.phase == DECODE:
+                d = x.dec
+                if d.n > 0:
+                    tb, sb = d.boundary(t)
+                    x.phase = SWITCHING
+                    x.ver += 1
+                    x.ev_t, x.target = tb, sb
+                    push(tb, PRIO_DONE, SWITCH, x, x.ver)
+                else:
+                    open_window(x, t)
+            elif x.phase == PREFILL:
+                start(x, t)
+
+        def pump(m: Macro, t: float) -> None:
+            """Offer the macro-instance's waiting requests, oldest first."""
+            q = m.queue
+            while q:
+                r = q[0]
+                for k in m.rolling.candidates():
+                    x = insts[k]
+                    if passes(x, r, t):
+                        admit(x, r, t)
+                        m.rolling.took(k)
+                        q.popleft()
+                        break
+                else:
+                    if m.blocked_since is None:
+                        m.blocked_since = t
+                    if not m.timer:
+                        m.timer = True
+                        push(t + status, PRIO_TIMER, RETRY, m)
+                    return
+            m.blocked_since = None
+
+        def pick_macro() -> Macro:
+            if len(macros) == 1:
+                return macros[0]
+            total = 0.0
+            best = None
+            for m in macros:
+                w = len(m.rolling.members)
+                if w == 0:
+                    continue
+                total += w
+                m.cw += w
+                if best is None or (not m.queue and best.queue) or (
+                        bool(m.queue) == bool(best.queue) and m.cw > best.cw):
+                    best = m
+            best.cw -= total  # type: ignore[union-attr]
+            return best  # type: ignore[return-value]
+
+        def arrive(r: int, t: float) -> None:
+            if need[r] > cap:
+                rejected.append(r)
+                t_first[r] = t_last[r] = math.inf
+                done(r, t)
+                return
+            m = pick_macro()
+            waiting = bool(m.queue)
+            m.queue.append(r)
+            if not waiting:
+                pump(m, t)
+
+        def end_window(x: Inst, t: float) -> None:
+            d = x.dec
+            d.t0 = t
+            steps = d.step
+            sl = x.slack
+            m = x.macro
+            for r in x.win:
+                t_first[r] = t
+                m.ttft_sum += t - arr[r]
+                m.ttft_n += 1
+                x.kv_other -= need[r]
+                if out_tok[r] <= 1:
+                    t_last[r] = t
+                    decoded_on[r] = x.id
+                    done(r, t)
+                else:
+                    key = sl.key(t, steps)
+                    d.join(r, pre[r] + 1.0, out_tok[r], need[r], key)
+                    sl.add(key)
+            x.window_reqs += len(x.win)
+            x.win.clear()
+            x.prefill_s += t - x.win_start
+            x.phase = DECODE
+            x.pending_s = 0.0
+            if d.n > 0:
+                x.decode_since = t
+                plan_decode(x)
+            if m.queue:
+                pump(m, t)
+
+        scaler = None
+        if cfg.mitosis:
+            from hastune.sim.padg_scaling import Scaler
+
+            scaler = Scaler(self, insts, macros, push, pump)
+            push(cfg.scale_interval_s, PRIO_TIMER, SCALE, None)
+
+        i = 0
+        popped = 0
+        t = 0.0
+        while True:
+            if i < n_open and (not heap or arr[i] < heap[0][0]
+                               or (arr[i] == heap[0][0] and heap[0][1] >= PRIO_ARRIVE)):
+                t = arr[i]
+                arrive(i, t)
+                i += 1
+                continue
+            if not heap:
+                break
+            t, _, _, kind, x, b = heappop(heap)
+            popped += 1
+            if kind == DEC or kind == SWITCH:
+                if b != x.ver:
+                    continue
+                d = x.dec
+                if d.n > 0:
+                    x.decode_s += t - x.decode_since
+                    x.decode_since = t
+                for e in d.advance(t, x.target, t_last):
+                    x.slack.remove(e[4])
+                    decoded_on[e[1]] = x.id
+                    done(e[1], t)
+                if kind == SWITCH:
+                    open_window(x, t)
+                    continue
+                if d.n == 0:
+                    if scaler is not None and x.draining and x.idle:
+                        scaler.retire(x, t)
+                else:
+                    plan_decode(x)
+                m = x.macro
+                if m.queue:
+                    pump(m, t)
+            elif kind == PF_DONE:
+                x.in_flight -= 1
+                x.win.extend(b)
+                if pp1:
+                    x.stage_busy = False
+                    start(x, t)
+                if x.in_flight == 0 and not x.queue:
+                    end_window(x, t)
+                    if scaler is not None and x.draining and x.idle:
+                        scaler.retire(x, t)
+            elif kind == PF_NEXT:
+                x.stage_busy = False
+                start(x, t)
+            elif kind == RETRY:
+                x.timer = False
+                pump(x, t)
+            elif kind == ARRIVE:
+                arrive(x, t)
+            elif kind == SCALE:
+                if len(heap) > 0 or i < n_open:
+                    scaler.step(t)  # type: ignore[union-attr]
+                    push(t + cfg.scale_interval_s, PRIO_TIMER, SCALE, None)
+            elif kind == READY:
+                scaler.ready(x, b, t)  # type: ignore[union-attr]
+
+        end = t
+        N = len(insts)
+        span = max(end - (arr[0] if n else 0.0), 1e-12)
+        pf_s = sum(x.prefill_s for x in insts)
+        dec_s = sum(x.decode_s for x in insts)
+        util = {"prefill": pf_s / (N * span), "decode": dec_s / (N * span)}
+        util["gpus"] = util["prefill"] + util["decode"]
+        windows = sum(x.windows for x in insts)
+        extra = {"windows": float(windows),
+                 "mean_window_s": pf_s / windows if windows else 0.0,
+                 "mean_window_requests": (sum(x.window_reqs for x in insts) / windows
+                                          if windows else 0.0),
+                 "decode_steps": float(sum(x.dec.steps_run for x in insts)),
+                 "refused_ttft": float(refused[1]), "refused_slack": float(refused[2]),
+                 "refused_memory": float(refused[3]),
+                 "network_GB": 0.0}  # no KV ever leaves its instance
+        self.last = {"instances": insts, "macros": macros, "home": home,
+                     "decoded_on": decoded_on,
+                     "timeline": scaler.timeline if scaler is not None else [],
+                     "scaling": scaler.events if scaler is not None else []}
+        return build_result(rate, arr, t_first, t_last, out_tok, rejected, self.warmup, end,
+                            util, popped + n_open, wall0, extra)

@@ -1,0 +1,94 @@
+"""Behaviour of the nodg (vLLM / Sarathi-like) and fudg (DistServe-like) simulators."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hastune.config import parse_config
+from hastune.evaluate import Evaluation
+from hastune.sim.fudg import place
+from hastune.sim.instance import InstanceTiming
+from tests.sim.replica_recipes import ECO_CLUSTER, recipe
+
+
+def nodg(**kw):
+    return parse_config({"architecture": "nodg", "tp": 1, "replicas": 8, **kw})
+
+
+def fudg(**kw):
+    return parse_config({"architecture": "fudg", "prefill_instances": 2, "decode_instances": 2,
+                         "decode_tp": 2, **kw})
+
+
+@pytest.fixture(scope="module")
+def long_eval():
+    return Evaluation(recipe("longbench", 400))
+
+
+def test_chunked_prefill_bounds_decode_stalls(long_eval):
+    rate = 2.0
+    reqs = long_eval.requests_at(rate)
+    chunked = long_eval.run(nodg(chunk_tokens=512), rate)
+    whole = long_eval.run(nodg(chunk_tokens=None), rate)
+    assert chunked.completed == whole.completed == len(reqs)
+    # no iteration that carries prefill is longer than a full decode step plus one chunk
+    tm = InstanceTiming(long_eval.profile, 1, 1, long_eval.recipe.cluster)
+    L = float(reqs.prefill_tokens.max())
+    bound = tm.mixed(tm.decode.max_batch, tm.kv_cap, 512, L * L - (L - 512) ** 2)
+    assert chunked.extra["max_iteration_s"] <= bound
+    # unchunked, a whole long prompt stalls every decoding request of its replica. (The mean
+    # TPOT hardly changes: chunking spreads the same prefill work over more steps.)
+    assert whole.extra["max_iteration_s"] > 3 * chunked.extra["max_iteration_s"]
+
+
+def test_nodg_first_token_at_the_end_of_the_prompt(long_eval):
+    run = long_eval.run(nodg(chunk_tokens=2048), 0.5)
+    reqs = long_eval.requests_at(0.5)
+    prof = long_eval.profile
+    L = reqs.prefill_tokens
+    assert np.all(run.ttft >= prof.prefill.latency(L, L * L) - 1e-9)
+    # a prompt over the budget needs several iterations: TTFT grows with its length
+    long = L > 6000
+    assert run.ttft[long].mean() > 2 * run.ttft[L < 1500].mean()
+
+
+def test_nodg_encodes_inline(audio_recipe):
+    ev = Evaluation(audio_recipe, requests=300)
+    run = ev.run(nodg(replicas=8), 10.0)
+    assert run.completed == 300
+    enc = ev.requests.encoder_tokens
+    assert np.all(run.ttft >= ev.profile.encode.latency(1, enc, enc * enc) - 1e-9)
+
+
+def _fudg_eval(inter_GBps: float):
+    cluster = {**ECO_CLUSTER, "gpus_per_node": 2, "inter_node": {"bandwidth_GBps": inter_GBps,
+                                                                  "latency_us": 10}}
+    return Evaluation(recipe("sharegpt", 300, cluster=cluster))
+
+
+def test_fudg_pays_transfer_time_that_grows_as_bandwidth_shrinks():
+    cfg = fudg(decode_tp=1, placement="grouped")  # prefill on node 0, decode on node 1
+    assert place(cfg) == ([0, 1], [2, 3])
+    waits = []
+    for bw in (50.0, 5.0, 0.5):
+        ev = _fudg_eval(bw)
+        reqs = ev.requests_at(1.0)
+        run = ev.run(cfg, 1.0)
+        L = reqs.prefill_tokens
+        moved = reqs.output_tokens > 1
+        kv = L * InstanceTiming(ev.profile, 1, 1, ev.recipe.cluster).kv_bytes_per_token
+        assert run.extra["network_GB"] == pytest.approx(float((kv * moved).sum()) / 1e9)
+        pre = ev.profile.prefill.latency(L, L * L)
+        # TTFT ends when the KV has arrived: at least prefill + bytes / bandwidth
+        assert np.all((run.ttft - pre - kv / (bw * 1e9))[moved] >= -1e-9)
+        waits.append(float(np.median(run.ttft - pre)))
+    assert waits[0] < waits[1] < waits[2]
+
+
+def test_fudg_interleaved_keeps_kv_inside_nodes():
+    ev = _fudg_eval(0.5)
+    assert place(fudg(decode_tp=1, placement="interleaved")) == ([0, 2], [1, 3])  # pd | pd
+    slow = ev.run(fudg(decode_tp=1, placement="grouped"), 2.0)
+    local = ev.run(fudg(decode_tp=1, placement="interleaved"), 2.0)
+    assert local.percentile("ttft", 90) < 0.5 * slow.percentile("ttft", 90)

@@ -1,0 +1,102 @@
+"""Behaviour of the padg (EcoServe) simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hastune.config import parse_config
+from hastune.evaluate import Evaluation
+from tests.sim.replica_recipes import recipe
+
+
+def padg(**kw):
+    return parse_config({"architecture": "padg", "tp": 1, "instances": 8, **kw})
+
+
+@pytest.fixture(scope="module")
+def share_eval():
+    return Evaluation(recipe("sharegpt", 600))
+
+
+@pytest.fixture(scope="module")
+def tight_eval():
+    # TPOT SLO just above a decode step: slack builds up slowly
+    return Evaluation(recipe("sharegpt", 600, slo={"ttft_s": 5.0, "tpot_s": 0.06}))
+
+
+def test_kv_never_leaves_its_instance(share_eval):
+    sim = share_eval.simulator(padg(tp=2, instances=4))
+    run = sim.run(share_eval.requests_at(20.0), 20.0)
+    home, dec = np.array(sim.last["home"]), np.array(sim.last["decoded_on"])
+    assert run.completed == len(home) and run.rejected == 0
+    assert (home >= 0).all() and np.array_equal(home, dec)
+    assert run.extra["network_GB"] == 0.0
+    # deterministic
+    again = sim.run(share_eval.requests_at(20.0), 20.0)
+    assert np.array_equal(run.ttft, again.ttft)
+
+
+def test_ttft_waits_for_the_phase_switch(share_eval):
+    """A window's requests all get their first token when it closes (one timestamp each)."""
+    sim = share_eval.simulator(padg())
+    reqs = share_eval.requests_at(20.0)
+    run = sim.run(reqs, 20.0)
+    first = np.round(run.ttft + reqs.arrivals(20.0), 9)
+    assert len(np.unique(first)) == run.extra["windows"]
+    assert run.extra["mean_window_requests"] > 2
+    prof = share_eval.profile
+    L = reqs.prefill_tokens
+    assert np.all(run.ttft >= prof.prefill.latency(L, L * L) - 1e-9)
+
+
+def test_rolling_activation_cycles(share_eval):
+    sim = share_eval.simulator(padg())
+    sim.run(share_eval.requests_at(20.0), 20.0)
+    acts = sim.last["macros"][0].rolling.activations
+    assert len(acts) > 16 and set(acts) == set(range(8))
+    assert np.all(np.diff(acts) % 8 == 1)  # 0, 1, 2, …, 7, 0, 1, …: nobody skipped
+
+
+def test_admission_refuses_when_slack_is_short(share_eval, tight_eval):
+    loose = share_eval.simulator(padg()).run(share_eval.requests_at(20.0), 20.0)
+    sim = tight_eval.simulator(padg())
+    tight = sim.run(tight_eval.requests_at(20.0), 20.0)
+    assert tight.extra["refused_slack"] > 100 * max(loose.extra["refused_slack"], 1)
+    assert tight.extra["mean_window_s"] < 0.5 * loose.extra["mean_window_s"]
+    acts = np.array(sim.last["macros"][0].rolling.activations)
+    assert np.any(np.diff(acts) % 8 > 1)  # instances short of slack were skipped
+    # the stricter statistic refuses more and keeps TPOT lower
+    strict = tight_eval.simulator(padg(slack="min")).run(tight_eval.requests_at(5.0), 5.0)
+    mean = tight_eval.simulator(padg(slack="mean")).run(tight_eval.requests_at(5.0), 5.0)
+    assert strict.extra["refused_slack"] > mean.extra["refused_slack"]
+    assert strict.percentile("tpot", 90) < mean.percentile("tpot", 90)
+
+
+def test_goodput_search_runs(share_eval):
+    res = share_eval.goodput(padg(tp=2, instances=4))
+    assert res.bracketed and res.goodput_rps > 5
+    assert res.best_run.utilisation["gpus"] <= 1.0 + 1e-9
+
+
+def test_mitosis_grows_splits_and_drains():
+    """Load ×4 at 30 s, ×0.5 at 80 s: the group grows one instance at a time, splits past
+    N_u = 3, then drains (slowly: a drained instance first finishes its long outputs) and
+    merges back."""
+    sched = {"shape": "step", "points": [[0, 1.0], [30, 4.0], [80, 0.5]]}
+    rec = recipe("sharegpt", 3000, workload={"preset": "sharegpt", "requests": 3000,
+                                             "rate_schedule": sched})
+    ev = Evaluation(rec)
+    cfg = padg(instances=2, mitosis=True, max_instances=8, n_lower=1, n_upper=3,
+               scale_interval_s=2.0)
+    sim = ev.simulator(cfg)
+    run = sim.run(ev.requests, 5.0)
+    assert run.completed == len(ev.requests)
+    tl = np.array(sim.last["timeline"])  # (t, active, macro-instances, draining)
+    events = [e for _, e in sim.last["scaling"]]
+    assert tl[0, 1] == 2 and tl[:, 1].max() >= 5 and tl[:, 2].max() >= 2
+    assert {"grow", "split", "shrink", "merge"} <= set(events)
+    before = tl[(tl[:, 0] > 40) & (tl[:, 0] < 80)]
+    after = tl[tl[:, 0] > 150]
+    assert after[:, 1].mean() < before[:, 1].mean()
+    assert (tl[:, 3] > 0).any() and after[-1, 3] == 0  # drained ones finally left
