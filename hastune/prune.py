@@ -28,14 +28,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hastune.config import EPDConfig, EPDStaticConfig, parse_config
+from hastune.config import EPD_FAMILY, AnyConfig, EPDConfig, FuDGConfig, parse_config
 from hastune.errors import InputError
 from hastune.profile import Profile
 from hastune.recipe import Recipe
+from hastune.sim.instance import InstanceTiming, instance_shapes
 from hastune.space import SearchSpace, config_key
 from hastune.workload import RequestSet
 
-Config = EPDConfig | EPDStaticConfig
+Config = AnyConfig
 RULES = ("structural", "memory", "zero_load", "equivalent", "capacity")
 
 
@@ -106,10 +107,51 @@ class Bounds:
         self.port_bw = max(c.intra_node.bandwidth_GBps, c.inter_node.bandwidth_GBps) * 1e9
         self.local_fits = mem.kv_capacity_tokens(with_encoder=True) > float(L.max())
 
-    def zero_load_ok(self) -> bool:
+        self._shapes: dict[tuple[int, int], _Shape | None] = {}
+
+    def shape(self, tp: int, pp: int, encoder: bool = True) -> _Shape | None:
+        """Bounds of one instance of tp × pp GPUs (None: the profile lacks tp, or a TP group
+        would span nodes, or the weights leave no KV room). `encoder`: it also holds the
+        encoder's weights (when the workload is multimodal)."""
+        key = (tp, pp, encoder and bool(self.mm.any()))
+        if key not in self._shapes:
+            self._shapes[key] = _Shape.of(self, tp, pp, key[2])
+        return self._shapes[key]
+
+    def shapes(self, cfg: Config) -> list[_Shape | None]:
+        """The bounds of each kind of instance of a replica-based config (fudg's decode
+        instances hold no encoder)."""
+        return [self.shape(tp, pp, prefix != "decode_") for prefix, tp, pp in
+                instance_shapes(cfg)]
+
+    def zero_load_ok(self, cfg: Config | None = None) -> bool:
+        """Whether the percentile of per-request lower bounds meets the SLOs (for a replica-based
+        config: at its instances' parallelism)."""
+        if cfg is None or cfg.architecture in EPD_FAMILY:
+            return self._lb_ok(self.ttft_lb, self.tpot_lb)
+        shapes = self.shapes(cfg)
+        if any(sh is None for sh in shapes):
+            return False
+        if cfg.architecture == "fudg":
+            p, d = shapes
+            ttft = p.ttft_lb + self.kv_lb_s(cfg)  # type: ignore[union-attr]
+            return self._lb_ok(ttft, d.tpot_lb)  # type: ignore[union-attr]
+        return self._lb_ok(shapes[0].ttft_lb, shapes[0].tpot_lb)  # type: ignore[union-attr]
+
+    def kv_lb_s(self, cfg: FuDGConfig) -> np.ndarray:
+        """Least time to move each request's KV: over the fastest path, every shard at once."""
+        c = self.recipe.cluster
+        p = self.shape(cfg.prefill_tp, cfg.prefill_pp)
+        gp = cfg.prefill_tp * cfg.prefill_pp
+        bw = max(c.intra_node.bandwidth_GBps * gp, c.inter_node.bandwidth_GBps) * 1e9
+        lat = min(c.intra_node.latency_us, c.inter_node.latency_us) * 1e-6
+        moved = self.reqs.prefill_tokens * (self.reqs.output_tokens > 1)  # 1 token: no decode
+        return (lat + moved * p.kv_bytes / bw) * (moved > 0)  # type: ignore[union-attr]
+
+    def _lb_ok(self, ttft_lb: np.ndarray, tpot_lb: np.ndarray) -> bool:
         slo = self.recipe.slo
         w = int(self.recipe.workload.warmup * len(self.reqs))
-        ttft, tpot = self.ttft_lb[w:], self.tpot_lb[w:]
+        ttft, tpot = ttft_lb[w:], tpot_lb[w:]
         if slo.criterion == "attainment":
             ok = (ttft <= slo.ttft_s) & (np.isnan(tpot) | (tpot <= slo.tpot_s))
             return bool(ok.mean() >= slo.attainment)
@@ -119,6 +161,11 @@ class Bounds:
                          or np.percentile(tp, slo.percentile, method="higher") <= slo.tpot_s))
 
     def memory_ok(self, cfg: Config) -> bool:
+        if cfg.architecture not in EPD_FAMILY:
+            for sh in self.shapes(cfg):
+                if sh is None or sh.max_reserve > sh.kv_cap:
+                    return False
+            return True
         if self.max_reserve > self.kv_cap:
             return False  # some request can never be decoded
         if isinstance(cfg, EPDConfig) and cfg.s < 1.0 and not self.local_fits:
@@ -126,6 +173,8 @@ class Bounds:
         return True
 
     def stages(self, cfg: Config) -> dict[str, float]:
+        if cfg.architecture not in EPD_FAMILY:
+            return self._replica_stages(cfg)
         inf = float("inf")
         prof = self.profile
         B = cfg.B if isinstance(cfg, EPDConfig) else cfg.batch
@@ -140,6 +189,70 @@ class Bounds:
         senders = cfg.n_P + (cfg.n_E if s < 1 else 0)
         st["network"] = senders * self.port_bw / self.kv_bytes if self.kv_bytes > 0 else inf
         return st
+
+
+    def _replica_stages(self, cfg: Config) -> dict[str, float]:
+        """Capacity bounds (req/s) of replica-based configs. An instance that prefills and
+        decodes (padg, nodg) spends per request at least its prefill work without fixed costs
+        (pipelined over pp stages) plus its decode tokens at the best per-token time any batch
+        that fits can reach; KV-seconds bound it too (Little's law)."""
+        inf = float("inf")
+        if cfg.architecture == "fudg":
+            p, d = self.shapes(cfg)
+            st = {"prefill": cfg.prefill_instances / p.prefill_s if p.prefill_s > 0 else inf,
+                  "decode": cfg.decode_instances * min(1 / d.decode_s if d.decode_s > 0
+                                                       else inf, d.kv_rate)}
+            c = self.recipe.cluster
+            ports = (cfg.prefill_instances * cfg.prefill_tp * cfg.prefill_pp
+                     * c.intra_node.bandwidth_GBps
+                     + (-(-cfg.gpus // c.gpus_per_node)) * c.inter_node.bandwidth_GBps) * 1e9
+            moved = self.reqs.prefill_tokens * (self.reqs.output_tokens > 1)
+            kv = float(moved.mean()) * p.kv_bytes
+            st["network"] = ports / kv if kv > 0 else inf
+            return st
+        sh = self.shapes(cfg)[0]
+        n = cfg.instances if cfg.architecture == "padg" else cfg.replicas  # type: ignore
+        work = sh.prefill_s + sh.decode_s
+        return {"instances": n / work if work > 0 else inf, "kv": n * sh.kv_rate}
+
+
+class _Shape:
+    """Per-request bounds at one instance shape (tp, pp)."""
+
+    __slots__ = ("kv_cap", "max_reserve", "ttft_lb", "tpot_lb", "prefill_s", "decode_s",
+                 "kv_rate", "kv_bytes")
+
+    @classmethod
+    def of(cls, b: Bounds, tp: int, pp: int, encoder: bool) -> _Shape | None:
+        c = b.recipe.cluster
+        if tp not in b.profile.tp_degrees or tp > c.gpus_per_node:
+            return None
+        tm = InstanceTiming(b.profile, tp, pp, c, with_encoder=encoder)
+        if tm.kv_cap <= 0:
+            return None
+        sh = cls()
+        r = b.reqs
+        L, out = r.prefill_tokens, r.output_tokens
+        tok = r.encoder_tokens
+        enc = tm.encode
+        enc_lb = np.where(b.mm, tm.encode_latency(1, tok, tok * tok), 0.0)  # type: ignore
+        sh.kv_cap = tm.kv_cap
+        reserve = L + out
+        sh.max_reserve = float(reserve.max())
+        sh.ttft_lb = enc_lb + tm.p_fixed + tm.p_tok * L + tm.p_sq * L * L
+        dec = tm.decode
+        sh.tpot_lb = np.where(out > 1, dec.step(1, L + 1), np.nan)  # type: ignore[arg-type]
+        enc_var = np.where(b.mm, enc.per_item_s + enc.per_token_s * tok
+                           + enc.per_token_sq_s * tok * tok, 0.0)
+        sh.prefill_s = float((enc_var + (tm.p_tok * L + tm.p_sq * L * L) / pp).mean())
+        ctx_min = float((L + 1).min())
+        N = max(1, min(dec.max_batch, int(tm.kv_cap // max(float(reserve.min()), 1.0))))
+        steps = float(np.maximum(out - 1, 0).mean())
+        sh.decode_s = steps * dec.step(N, N * ctx_min) / N
+        kv_seconds = float((reserve * np.maximum(out - 1, 0) * dec.step(1, ctx_min)).mean())
+        sh.kv_rate = tm.kv_cap / kv_seconds if kv_seconds > 0 else float("inf")
+        sh.kv_bytes = tm.kv_bytes_per_token
+        return sh
 
 
 def _raw_combos(space: SearchSpace, budget: int):
@@ -171,10 +284,10 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
         if not b.memory_ok(cfg):
             removed["memory"] += 1
             continue
-        if not zero_ok:
+        if not (zero_ok if cfg.architecture in EPD_FAMILY else b.zero_load_ok(cfg)):
             removed["zero_load"] += 1
             continue
-        if b.mm_share == 0.0:
+        if b.mm_share == 0.0 and cfg.architecture in EPD_FAMILY:
             key = tuple((k, v) for k, v in config_key(cfg) if k not in ("B", "p", "batch",
                                                                          "timeout_ms"))
             if key in seen_equiv:

@@ -77,3 +77,39 @@ def test_local_prefill_needs_memory(audio_recipe):
     rep = prune(audio_recipe, tight, ev.requests, space_for("epd"))
     assert rep.removed["memory"] > 0
     assert all(c.config.s == 1.0 for c in rep.kept)
+
+
+@pytest.mark.parametrize("arch", ["padg", "nodg", "fudg"])
+def test_optimum_is_never_pruned_replica_architectures(arch):
+    """The same soundness check on the replica-based spaces (tp × pp × instances = G)."""
+    from tests.sim.replica_recipes import recipe
+
+    rec = recipe("sharegpt", 300, cluster={"gpu": "a800-80gb", "gpus": 4, "gpus_per_node": 4,
+                                           "intra_node": "pcie4", "inter_node": "25gbe-roce"})
+    ev = Evaluation(rec)
+    cache: dict = {}
+
+    def goodput(cfg):
+        key = cfg.model_dump_json()
+        if key not in cache:
+            cache[key] = ev.goodput(cfg).goodput_rps
+        return cache[key]
+
+    space = space_for(arch)
+    exhaustive = max(goodput(c) for c in space.configs(4) if _runs(ev, c))
+    report = prune(rec, ev.profile, ev.requests, space, evaluate=goodput)
+    assert sum(report.removed.values()) + len(report.kept) == report.total
+    best_kept = max((goodput(c.config) for c in report.kept), default=0.0)
+    assert best_kept == exhaustive, report.as_dict(top=3)
+    for c in report.kept:
+        assert goodput(c.config) <= c.bound * report.margin + 1e-9, c.as_dict()
+
+
+def _runs(ev, cfg) -> bool:
+    from hastune.errors import InputError
+
+    try:
+        ev.check(cfg)
+    except InputError:
+        return False
+    return True
