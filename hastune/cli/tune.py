@@ -93,7 +93,8 @@ def tune(
     workers: int = typer.Option(1, "--workers", "-w", help="worker processes on this study"),
     out: Path = typer.Option(Path("tune-out"), "--out", "-o", help="output directory DIR"),
     seed: int | None = typer.Option(None, "--seed", help="sampler seed (default: recipe seed)"),
-    no_prune: bool = typer.Option(False, "--no-prune", help="skip stage 1 (pruning)"),
+    no_prune: bool = typer.Option(False, "--no-prune", help="skip stage 1: no pruning, no bound "
+                                  "ranking, no warm start (plain Bayesian optimisation)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     no_plots: bool = typer.Option(False, "--no-plots", help="skip the PNG plots"),
     baseline: Path | None = typer.Option(None, "--baseline",

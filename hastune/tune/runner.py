@@ -127,10 +127,12 @@ class Tuner:
                     for c in space.configs(self.recipe.cluster.gpus):
                         report["total"] += 1
                         if self.feasible(c):
-                            cands.append((min(self.bounds.stages(c).values()), c))
+                            cands.append((0.0, c))
                         else:
                             report["rules"]["memory"] += 1
-            cands.sort(key=lambda bc: -bc[0])  # across architectures: best bound first
+            if self.opts.prune:  # across architectures: best bound first
+                cands.sort(key=lambda bc: -bc[0])
+            # without pruning, no bound ranking either: plain BO from the space's own order
             ranked = [json.loads(config_key(c)) for _, c in cands]
             report["kept"] = len(ranked)
             study.set_user_attr("prune_report", report)
@@ -138,7 +140,7 @@ class Tuner:
             done = {t.user_attrs.get("key") for t in evaluated_trials(study)}
             n = 0
             for d in ranked:  # warm start: the best-bounded survivors not yet evaluated
-                if n >= self.opts.warm_start:
+                if n >= self.opts.warm_start or not self.opts.prune:
                     break
                 cfg = parse_config(d)
                 if config_key(cfg) in done:
