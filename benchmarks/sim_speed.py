@@ -1,5 +1,6 @@
 """Simulator speed: simulated requests per wall-second at ~80% of goodput, and the seconds one
-full `evaluate` (goodput search) takes, for 8-GPU deployments of the shipped recipes.
+full `evaluate` (goodput search) takes, for 8-GPU deployments of the shipped recipes (every
+architecture on the audio example) and for padg/nodg/fudg on the 16-GPU EcoServe L20 recipe.
 
 Run: OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/sim_speed.py [--requests 2000] [--repeat 5]
 Targets (one core): ≥ 50,000 simulated requests/s; one evaluate (2,000 requests/probe) ≤ 1 s.
@@ -12,17 +13,32 @@ import statistics
 import time
 from pathlib import Path
 
-from hastune.config import load_config
+from hastune.config import load_config, parse_config
 from hastune.evaluate import Evaluation
 from hastune.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
+AUDIO = "audio-ultravox-8xa100.yaml"
+L20 = "ecoserve/l20-codellama-sharegpt.yaml"
+# (recipe under examples/, config: a file under examples/configs/ or an inline config)
 CASES = [
-    ("audio-ultravox-8xa100.yaml", "epd-2-2-4.yaml"),
-    ("audio-ultravox-8xa100.yaml", "epd-static-2-2-4.yaml"),
+    (AUDIO, "epd-2-2-4.yaml"),
+    (AUDIO, "epd-static-2-2-4.yaml"),
     ("image-llava-8xa100.yaml", "epd-2-2-4.yaml"),
     ("video-qwen-8xa100.yaml", "epd-2-2-4.yaml"),
+    (AUDIO, {"architecture": "padg", "tp": 1, "instances": 8, "slack": "quantile"}),
+    (AUDIO, {"architecture": "nodg", "tp": 1, "replicas": 8, "chunk_tokens": 512}),
+    (AUDIO, {"architecture": "fudg", "prefill_instances": 3, "decode_instances": 5}),
+    (L20, "../ecoserve/configs/padg-tp2x8.yaml"),
+    (L20, "../ecoserve/configs/nodg-tp2x8.yaml"),
+    (L20, "../ecoserve/configs/fudg-2p6d-tp2.yaml"),
 ]
+
+
+def _config(spec):
+    if isinstance(spec, dict):
+        return parse_config(spec), f"{spec['architecture']} (inline)"
+    return load_config(ROOT / "examples" / "configs" / spec), Path(spec).name
 
 
 def main() -> None:
@@ -32,11 +48,11 @@ def main() -> None:
     args = ap.parse_args()
     print("req/s: simulated requests per wall-second (best / median of --repeat runs); "
           "evaluate_s: one goodput search (best / median)")
-    print(f"{'recipe':28} {'config':22} {'goodput':>8} {'rate':>7} {'req/s best':>10} "
+    print(f"{'recipe':36} {'config':22} {'goodput':>8} {'rate':>7} {'req/s best':>10} "
           f"{'median':>7} {'events/s':>9} {'evaluate_s':>10} {'median':>6} {'probes':>6}")
-    for recipe, config in CASES:
+    for recipe, spec in CASES:
         rec = load_recipe(ROOT / "examples" / recipe)
-        cfg = load_config(ROOT / "examples" / "configs" / config)
+        cfg, config = _config(spec)
         ev = Evaluation(rec, requests=args.requests)
         sim = ev.simulator(cfg)
         times = []
@@ -54,7 +70,7 @@ def main() -> None:
             walls.append(time.perf_counter() - t0)
             events = run.events
         w, wm = min(walls), statistics.median(walls)
-        print(f"{recipe:28} {config:22} {res.goodput_rps:8.3f} {rate:7.3f} "
+        print(f"{recipe:36} {config:22} {res.goodput_rps:8.3f} {rate:7.3f} "
               f"{args.requests / w:10.0f} {args.requests / wm:7.0f} {events / w:9.0f} "
               f"{min(times):10.3f} {statistics.median(times):6.3f} {len(res.probes):6d}")
 

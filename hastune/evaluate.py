@@ -57,7 +57,11 @@ class Evaluation:
 
     def requests_at(self, rate: float) -> RequestSet:
         ev = self.recipe.evaluator
-        n = max(self.base_requests, int(rate * ev.min_span * self.lifetime_s) + 1)
+        if self.recipe.workload.arrival.process == "closed":
+            # `rate` clients each send one request per lifetime: min_span requests apiece
+            n = max(self.base_requests, int(rate * ev.min_span) + 1)
+        else:
+            n = max(self.base_requests, int(rate * ev.min_span * self.lifetime_s) + 1)
         n = min(n, max(ev.max_requests, self.base_requests))
         if n > len(self._pool):
             self._pool = sample_requests(self.recipe.workload, n, self.seed,

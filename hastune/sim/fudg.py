@@ -7,8 +7,8 @@ through the instance's `pp` stages. A prefill instance keeps a request's KV from
 start until the KV has reached the decode side, and starts a batch only when that fits — a slow
 network backs up into prefill. After prefill the KV goes to a decode instance (the least
 loaded on the prefill's node if one has room, else the least loaded anywhere), shard by shard
-over `hastune.sim.network.Network` (per-GPU ports inside a node, the nodes' NICs between
-nodes, FIFO contention). TTFT ends when the KV has arrived (EcoServe's definition: the first
+over `hastune.sim.links.DuplexNetwork` (both GPUs' ports inside a node, both nodes' NICs
+between nodes, FIFO contention). TTFT ends when the KV has arrived (EcoServe's definition: the first
 token is only useful once decoding can continue), so it includes the transfer; the wait for a
 decode slot and memory counts against TPOT. Decoding: continuous batching, closed form.
 """
@@ -30,7 +30,7 @@ from hastune.recipe import SLO
 from hastune.sim.common import Arrivals, build_result
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE
 from hastune.sim.instance import InstanceTiming, QueueDecode
-from hastune.sim.network import Network
+from hastune.sim.links import DuplexNetwork
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
 
@@ -93,7 +93,7 @@ class FuDGSimulator:
         t_last = [math.nan] * n
         src_of = [0] * n
         rejected: list[int] = []
-        net = Network(cluster, cfg.gpus)
+        net = DuplexNetwork(cluster, cfg.gpus)
         ptm, dtm = self.ptm, self.dtm
         P, D = len(ptm), len(dtm)
         p_cap = [(t.kv_cap_mm if mm else t.kv_cap_text) for t in ptm]

@@ -92,3 +92,27 @@ def test_fudg_interleaved_keeps_kv_inside_nodes():
     slow = ev.run(fudg(decode_tp=1, placement="grouped"), 2.0)
     local = ev.run(fudg(decode_tp=1, placement="interleaved"), 2.0)
     assert local.percentile("ttft", 90) < 0.5 * slow.percentile("ttft", 90)
+
+
+def test_duplex_links_serialise_transfers_into_one_gpu():
+    from hastune.cluster import Cluster
+    from hastune.sim.links import DuplexNetwork
+    from hastune.sim.network import Network
+
+    c = Cluster(gpu="a800-80gb", gpus=8, gpus_per_node=8,
+                intra_node={"bandwidth_GBps": 10, "latency_us": 0})
+    one_way, both = Network(c, 8), DuplexNetwork(c, 8)
+    # two senders, one receiver, 1 GB each at 10 GB/s
+    assert [one_way.transfer(s, 7, 1e9, 0.0) for s in (0, 1)] == [0.1, 0.1]
+    assert [both.transfer(s, 7, 1e9, 0.0) for s in (0, 1)] == [0.1, 0.2]
+    assert both.transfer(2, 3, 1e9, 0.0) == 0.1  # other ports are free
+
+
+def test_shipped_ecoserve_examples_validate(root):
+    from hastune.cli.validate import validate_file
+
+    files = sorted((root / "examples" / "ecoserve").rglob("*.yaml"))
+    assert len(files) >= 8
+    for f in files:
+        kind, _ = validate_file(f)
+        assert kind in ("recipe", "deployment"), f
