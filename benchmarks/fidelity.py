@@ -2,7 +2,7 @@
 
 1. Profiles the reference model here (`hastune profile --model ref-small --device cpu
    --threads 1`, one thread per worker, as the engine runs them; cached in benchmarks/.cache).
-2. For 4 deployments of examples/reference-cpu.yaml and 3 rates each (30 / 60 / 85% of the
+2. For 4 deployments of benchmarks/fidelity-recipe.yaml and 3 rates each (30 / 60 / 85% of the
    simulated goodput), runs the simulator and the engine on the same requests and compares
    P90 TTFT and P90 TPOT; then compares the goodputs (real: the same search, 10% tolerance).
 
@@ -54,7 +54,7 @@ def main() -> None:
         prof.parent.mkdir(exist_ok=True)
         subprocess.run([sys.executable, "-m", "hastune", "profile", "--model", "ref-small",
                         "--device", "cpu", "--threads", "1", "--out", str(prof)], check=True)
-    rec = load_recipe(ROOT / "examples" / "reference-cpu.yaml")
+    rec = load_recipe(ROOT / "benchmarks" / "fidelity-recipe.yaml")
     rec = rec.model_copy(update={"profile": str(prof)})
     sim = Evaluation(rec, requests=args.requests)
     real = RealEvaluation(rec, RealOptions(requests=args.requests, max_span_s=60.0))
