@@ -155,6 +155,35 @@ class ReplicaDecode(DecodeWorker):
         self.S += s_i
         self.reserved += reserve
 
+    def first_boundary_where(self, slo: float, key: float, need: float, t: float) -> float:
+        """The first step boundary at or after t (and before the next finish) at which
+        steps·slo − t + key ≥ need, i.e. a saved-TPOT statistic with that key covers `need`
+        seconds; ∞ if none. With α the next step's time and β = c·n/2, the statistic after m
+        more steps is −β·m² + (slo − α + β)·m + (step·slo − t0 + key): a concave quadratic."""
+        n = self.n
+        if n == 0:
+            return math.inf
+        alpha = self.a + self.b * n + self.c * (self.S + n * self.step)
+        beta = self.c * n * 0.5
+        lin = slo - alpha + beta
+        c0 = self.step * slo - self.t0 + key - need
+        m_now = self.steps_until(t) if t > self.t0 else 1
+        if beta <= 0.0:
+            if lin <= 0.0:
+                m = m_now
+            else:
+                m = max(m_now, math.ceil(-c0 / lin - 1e-12))
+        else:
+            disc = lin * lin + 4.0 * beta * c0
+            if disc < 0.0:
+                return math.inf
+            m = max(m_now, math.ceil((lin - math.sqrt(disc)) / (2.0 * beta) - 1e-12))
+        if -beta * m * m + lin * m + c0 < -1e-12:
+            return math.inf
+        if self.running and self.step + m > self.running[0][0]:
+            return math.inf  # a request finishes first; its wake re-offers the request
+        return self.time_of(m)
+
     @property
     def context(self) -> float:
         """Total context of the running batch at the current step."""

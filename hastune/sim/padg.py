@@ -89,13 +89,14 @@ class Inst:
 class Macro:
     """A macro-instance: its members (rolling order), its waiting requests, its statistics."""
 
-    __slots__ = ("rolling", "queue", "timer", "cw", "ttft_sum", "ttft_n", "blocked_since",
-                 "starting")
+    __slots__ = ("rolling", "queue", "timer", "tver", "cw", "ttft_sum", "ttft_n",
+                 "blocked_since", "starting")
 
     def __init__(self, members: list[int]):
         self.rolling = RollingActivation(members)
         self.queue: deque[int] = deque()
-        self.timer = False
+        self.timer = math.inf  # when its next re-offer is planned
+        self.tver = 0
         self.cw = 0.0
         self.ttft_sum = 0.0
         self.ttft_n = 0
@@ -274,11 +275,27 @@ class PaDGSimulator:
                 else:
                     if m.blocked_since is None:
                         m.blocked_since = t
-                    if not m.timer:
-                        m.timer = True
-                        push(t + status, PRIO_TIMER, RETRY, m)
+                    # offer it again at the next status report after the first moment a
+                    # decoding instance's slack could cover it; windows closing and requests
+                    # finishing (the other ways a check can turn) re-offer it themselves
+                    when = max(next_chance(m, r, t), t + status)
+                    if when < m.timer:
+                        m.timer = when
+                        m.tver += 1
+                        push(when, PRIO_TIMER, RETRY, m, m.tver)
                     return
             m.blocked_since = None
+
+        def next_chance(m: Macro, r: int, t: float) -> float:
+            best = math.inf
+            need_s = est[r]
+            for k in m.rolling.members:
+                x = insts[k]
+                if x.phase == DECODE and x.slack.n:
+                    w = x.dec.first_boundary_where(slo.tpot_s, x.slack.stat_key(), need_s, t)
+                    if w < best:
+                        best = w
+            return best
 
         def pick_macro() -> Macro:
             if len(macros) == 1:
@@ -396,8 +413,9 @@ class PaDGSimulator:
                 x.stage_busy = False
                 start(x, t)
             elif kind == RETRY:
-                x.timer = False
-                pump(x, t)
+                if b == x.tver:
+                    x.timer = math.inf
+                    pump(x, t)
             elif kind == ARRIVE:
                 arrive(x, t)
             elif kind == SCALE:
