@@ -100,3 +100,28 @@ def test_mitosis_grows_splits_and_drains():
     after = tl[tl[:, 0] > 150]
     assert after[:, 1].mean() < before[:, 1].mean()
     assert (tl[:, 3] > 0).any() and after[-1, 3] == 0  # drained ones finally left
+
+
+@pytest.mark.parametrize("slo", [0.03, 0.05, 0.2])
+def test_first_boundary_where_slack_covers_a_need(slo):
+    """The closed-form re-offer time agrees with stepping boundary by boundary."""
+    from hastune.profile import DecodeSpec
+    from hastune.sim.instance import ReplicaDecode
+
+    d = ReplicaDecode(DecodeSpec(fixed_s=0.02, per_seq_s=1e-4, per_context_token_s=2e-6))
+    d.t0, d.step = 3.0, 40
+    for i, (ctx, out) in enumerate([(500, 300), (2000, 400), (100, 500)]):
+        d.join(i, ctx, out, ctx + out)
+    key = 3.0 - 39 * slo  # a request that joined at step 40, t = 3
+    for need in (0.0, 0.05, 0.3, 2.0):
+        for t in (3.0, 3.5):
+            got = d.first_boundary_where(slo, key, need, t)
+            want = float("inf")
+            for m in range(1, 400):
+                tb = d.time_of(m)
+                if d.step + m > d.running[0][0]:
+                    break
+                if tb >= t - 1e-12 and (d.step + m) * slo - tb + key >= need - 1e-9:
+                    want = tb
+                    break
+            assert got == pytest.approx(want), (need, t)
