@@ -195,11 +195,14 @@ class Bounds:
         """Capacity bounds (req/s) of replica-based configs. An instance that prefills and
         decodes (padg, nodg) spends per request at least its prefill work without fixed costs
         (pipelined over pp stages) plus its decode tokens at the best per-token time any batch
-        that fits can reach; KV-seconds bound it too (Little's law)."""
+        that fits can reach; KV-seconds bound it too (Little's law). Every config reports the
+        epd stages too (encode, prefill, decode, network: ∞ where there is none), so tables
+        read the same for every architecture; the bound is the smallest entry."""
         inf = float("inf")
         if cfg.architecture == "fudg":
             p, d = self.shapes(cfg)
-            st = {"prefill": cfg.prefill_instances / p.prefill_s if p.prefill_s > 0 else inf,
+            st = {"encode": inf,
+                  "prefill": cfg.prefill_instances / p.prefill_s if p.prefill_s > 0 else inf,
                   "decode": cfg.decode_instances * min(1 / d.decode_s if d.decode_s > 0
                                                        else inf, d.kv_rate)}
             c = self.recipe.cluster
@@ -213,7 +216,11 @@ class Bounds:
         sh = self.shapes(cfg)[0]
         n = cfg.instances if cfg.architecture == "padg" else cfg.replicas  # type: ignore
         work = sh.prefill_s + sh.decode_s
-        return {"instances": n / work if work > 0 else inf, "kv": n * sh.kv_rate}
+        return {"encode": inf,
+                "prefill": n / sh.prefill_s if sh.prefill_s > 0 else inf,
+                "decode": n * min(1 / sh.decode_s if sh.decode_s > 0 else inf, sh.kv_rate),
+                "network": inf,  # no KV leaves an instance
+                "instances": n / work if work > 0 else inf}  # prefill and decode share it
 
 
 class _Shape:

@@ -103,6 +103,8 @@ def test_optimum_is_never_pruned_replica_architectures(arch):
     assert best_kept == exhaustive, report.as_dict(top=3)
     for c in report.kept:
         assert goodput(c.config) <= c.bound * report.margin + 1e-9, c.as_dict()
+        # `hastune prune` prints the epd stage columns for every architecture
+        assert {"encode", "prefill", "decode", "network"} <= set(c.stages)
 
 
 def _runs(ev, cfg) -> bool:
