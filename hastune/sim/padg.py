@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from heapq import heappop, heappush
 from itertools import count
 
@@ -32,76 +31,17 @@ import numpy as np
 
 from hastune.cluster import Cluster
 from hastune.config import PaDGConfig
-from hastune.policies import Admission, RollingActivation, SlackTracker
+from hastune.policies import Admission, SlackTracker
 from hastune.profile import Profile
 from hastune.recipe import SLO
 from hastune.sim.common import Arrivals, build_result
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER
-from hastune.sim.instance import InstanceTiming, ReplicaDecode
+from hastune.sim.instance import InstanceTiming
+from hastune.sim.padg_state import DECODE, PREFILL, SWITCHING, Inst, Macro
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
 
-DECODE, SWITCHING, PREFILL = 0, 1, 2
 ARRIVE, SWITCH, DEC, PF_DONE, PF_NEXT, RETRY, SCALE, READY = range(8)
-
-
-class Inst:
-    """One instance's state."""
-
-    __slots__ = ("id", "tm", "dec", "slack", "phase", "queue", "pending_s", "kv_other", "win",
-                 "win_start", "in_flight", "last_done", "stage_busy", "ver", "ev_t", "target",
-                 "macro", "draining", "active", "cap", "seats", "prefill_s", "decode_since",
-                 "decode_s", "windows", "window_reqs")
-
-    def __init__(self, i: int, tm: InstanceTiming, slack: SlackTracker):
-        self.id = i
-        self.tm = tm
-        self.dec = ReplicaDecode(tm.decode, tm.first_gpu)
-        self.slack = slack
-        self.phase = DECODE
-        self.queue: deque[int] = deque()  # given to this instance, prefill not started
-        self.pending_s = 0.0              # profiled prefill time of `queue`
-        self.kv_other = 0.0               # KV reserved by queue + window (decode: dec.reserved)
-        self.win: list[int] = []          # prefilled in the open window, awaiting the switch
-        self.win_start = 0.0
-        self.in_flight = 0                # prefill batches running
-        self.last_done = 0.0              # when the last running batch ends
-        self.stage_busy = False
-        self.ver = 0
-        self.ev_t = 0.0
-        self.target = 0
-        self.macro: Macro | None = None
-        self.draining = False
-        self.active = True
-        self.cap = tm.kv_cap
-        self.seats = tm.decode.max_batch
-        self.prefill_s = 0.0
-        self.decode_since = 0.0
-        self.decode_s = 0.0
-        self.windows = 0
-        self.window_reqs = 0
-
-    @property
-    def idle(self) -> bool:
-        return (self.phase == DECODE and self.dec.n == 0 and not self.queue and not self.win)
-
-
-class Macro:
-    """A macro-instance: its members (rolling order), its waiting requests, its statistics."""
-
-    __slots__ = ("rolling", "queue", "timer", "tver", "cw", "ttft_sum", "ttft_n",
-                 "blocked_since", "starting")
-
-    def __init__(self, members: list[int]):
-        self.rolling = RollingActivation(members)
-        self.queue: deque[int] = deque()
-        self.timer = math.inf  # when its next re-offer is planned
-        self.tver = 0
-        self.cw = 0.0
-        self.ttft_sum = 0.0
-        self.ttft_n = 0
-        self.blocked_since: float | None = None
-        self.starting = 0
 
 
 class PaDGSimulator:

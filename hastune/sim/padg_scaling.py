@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from hastune.policies import GROW, SHRINK, Mitosis
 from hastune.sim.events import PRIO_DONE
+from hastune.sim.padg_state import Macro
 
 READY = 7  # hastune.sim.padg's event kind
 
@@ -114,8 +115,6 @@ class Scaler:
             self.pump(m, t)
 
     def split(self, m, size: int, t: float) -> None:
-        from hastune.sim.padg import Macro
-
         moved = m.rolling.members[-size:]
         for k in moved:
             m.rolling.remove(k)
