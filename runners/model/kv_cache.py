@@ -40,6 +40,9 @@ class KVPool:
         self.k = torch.zeros(layers, slots, kv_heads, head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
         self._free = list(range(self.num_blocks - 1, -1, -1))  # pop() hands out low ids first
+        # decode gathers each layer's K/V into these (valid until the next gather)
+        self._buf_k = self.k.new_empty((0, kv_heads, head_dim))
+        self._buf_v = self.k.new_empty((0, kv_heads, head_dim))
 
     @property
     def capacity_tokens(self) -> int:
@@ -100,13 +103,20 @@ class KVPool:
         self.v[layer].index_copy_(0, slots, v)
 
     def gather(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values at `index` [B, L] as [B, kv_heads, L, head_dim]. (index_select
-        on the flat index: several times faster than advanced indexing on CPU.)"""
+        """Keys and values at `index` [B, L] as [B, kv_heads, L, head_dim], views of buffers
+        reused by the next call. (index_select on the flat index: several times faster than
+        advanced indexing on CPU.)"""
         flat = index.reshape(-1)
+        n = flat.numel()
+        if self._buf_k.shape[0] < n:  # grow the reused buffers (no big allocation per step)
+            self._buf_k = self.k.new_empty((max(n, 2 * self._buf_k.shape[0]),
+                                            *self.k.shape[2:]))
+            self._buf_v = torch.empty_like(self._buf_k)
+        k, v = self._buf_k[:n], self._buf_v[:n]
+        torch.index_select(self.k[layer], 0, flat, out=k)
+        torch.index_select(self.v[layer], 0, flat, out=v)
         shape = (*index.shape, *self.k.shape[2:])
-        k = self.k[layer].index_select(0, flat).view(shape).transpose(1, 2)
-        v = self.v[layer].index_select(0, flat).view(shape).transpose(1, 2)
-        return k, v
+        return k.view(shape).transpose(1, 2), v.view(shape).transpose(1, 2)
 
     def export(self, seq: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
         """(K, V) of `seq`: [layers, length, kv_heads, head_dim] copies."""
