@@ -111,7 +111,8 @@ def share_curves(rows: list[Row]) -> tuple[dict[int, list] | None, list | None]:
 def profile_dict(info: ModelInfo, rows: list[Row], plan: Plan, *, gpu: str, device: str,
                  torch_version: str, command: str, share_kind: str, gpu_bytes: float,
                  activation_bytes: float | None = None,
-                 holdout_fraction: float = HOLDOUT_FRACTION, holdout_seed: int = 0) -> dict:
+                 holdout_fraction: float = HOLDOUT_FRACTION, holdout_seed: int = 0,
+                 conditions: str = "") -> dict:
     """The profile mapping (what hastune.profile reads) for measured `rows`."""
     by_stage: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
@@ -145,7 +146,8 @@ def profile_dict(info: ModelInfo, rows: list[Row], plan: Plan, *, gpu: str, devi
     counts = {s: len(v) for s, v in sorted(by_stage.items())}
     return {
         "kind": "profile", "name": f"{info.name}@{gpu}", "model": info.name, "gpu": gpu,
-        "source": f"MEASURED: {info.name} on {device}, torch {torch_version}, {today}.",
+        "source": f"MEASURED: {info.name} on {device}, torch {torch_version}, {today}"
+                  + (f" ({conditions})." if conditions else "."),
         "method": (
             f"`hastune profile` timed the model's own encode / prefill_batch / decode_step "
             f"on the device: {plan.warmup} untimed warm-up runs, then the median of "

@@ -167,6 +167,7 @@ class Device:
         if not self.is_cuda:
             torch.set_num_threads(self.threads)
         self._green: Any = None
+        self._contexts: dict[int, Any] = {}  # SM count → green context (made once each)
         self.share_kind = "none"
         self.shares: list[float] = []
         if self.is_cuda:
@@ -221,15 +222,15 @@ class Device:
                 yield k / self.threads
             finally:
                 self.torch.set_num_threads(self.threads)
-        else:
+        else:  # work goes on a stream of a green context holding n of the GPU's SMs
             n = max(1, round(f * self.sms))
-            ctx = self._green.create(num_sms=n, device_id=self.torch.device(self.spec).index)
-            ctx.set_context()
-            try:
+            if n not in self._contexts:
+                idx = self.torch.device(self.spec).index or 0
+                self._contexts[n] = self._green.create(num_sms=n, device_id=idx)
+            stream = self._contexts[n].Stream()
+            with self.torch.cuda.stream(stream):
                 yield n / self.sms
-            finally:
-                self.sync()
-                ctx.pop_context()
+            self.sync()
 
 
 def open_model(name: str, device: str, plan: Plan) -> tuple[Any, ModelInfo]:
@@ -273,28 +274,47 @@ def _prompt(n: int) -> list[int]:
     return [(7 * i + 3) % 13 + 1 for i in range(n)]
 
 
-def measure_shape(model: Any, dev: Device, shape: Shape, plan: Plan) -> Row:
+def _call(model: Any, shape: Shape) -> tuple[Callable[[], Any], Callable[[Any], None] | None]:
+    """The timed call of an encode or prefill shape, and what to undo after it."""
     p = shape.params
-    gc.collect()
-    share = p.get("share", 1.0)
     if shape.stage.startswith("encode"):
         payloads = [model.example_payload(p["modality"], p["size"], seed=i)
                     for i in range(p["batch"])]
-        call: Callable[[], Any] = lambda: model.encode(payloads)  # noqa: E731
-        after = None
-    elif shape.stage.startswith("prefill"):
-        items = [(_prompt(p["length"]), None)] * p["batch"]
-        call = lambda: model.prefill_batch(items)  # noqa: E731
+        return (lambda: model.encode(payloads)), None
+    items = [(_prompt(p["length"]), None)] * p["batch"]
 
-        def after(out: Any) -> None:
-            for _, h in out:
-                model.free(h)
-    else:
+    def after(out: Any) -> None:
+        for _, h in out:
+            model.free(h)
+    return (lambda: model.prefill_batch(items)), after
+
+
+def measure_shape(model: Any, dev: Device, shape: Shape, plan: Plan) -> Row:
+    gc.collect()
+    if shape.stage == "decode":
         return _measure_decode(model, dev, shape, plan)
-    with dev.share(share) as given:
-        samples = _median_time(dev, call, after, plan.warmup, plan.repeats)
-    params = {**p, "share": given} if "share" in p else p
-    return Row(shape.stage, shape.key, params, statistics.median(samples), samples)
+    call, after = _call(model, shape)
+    samples = _median_time(dev, call, after, plan.warmup, plan.repeats)
+    return Row(shape.stage, shape.key, shape.params, statistics.median(samples), samples)
+
+
+def measure_shares(model: Any, dev: Device, group: list[Shape], plan: Plan) -> list[Row]:
+    """One shape at several shares, interleaved (share a, b, …, 1.0, a, b, …) for 2 × repeats
+    rounds: only the ratios matter, and interleaving cancels drift in the machine's speed."""
+    gc.collect()
+    call, after = _call(model, group[0])
+    samples: dict[str, list[float]] = {s.key: [] for s in group}
+    given: dict[str, float] = {}
+    rounds = plan.warmup + 2 * plan.repeats
+    for i in range(rounds):
+        for shape in group:
+            with dev.share(shape.params["share"]) as g:
+                t = _median_time(dev, call, after, 0, 1)[0]
+            given[shape.key] = g
+            if i >= plan.warmup:
+                samples[shape.key].append(t)
+    return [Row(s.stage, s.key, {**s.params, "share": given[s.key]},
+                statistics.median(samples[s.key]), samples[s.key]) for s in group]
 
 
 def _measure_decode(model: Any, dev: Device, shape: Shape, plan: Plan) -> Row:
@@ -319,13 +339,25 @@ def measure(model: Any, dev: Device, todo: list[Shape], plan: Plan, cache: RowCa
             on_row: Callable[[Shape, bool], None] | None = None) -> list[Row]:
     """Measure every shape not in the cache (cached ones are reused); rows in `todo` order.
     `on_row(shape, cached)` is called after each."""
+    groups: dict[tuple, list[Shape]] = {}
+    for shape in todo:  # a shape's shares are measured together (see measure_shares)
+        if "@share" in shape.stage:
+            key = (shape.stage, *sorted((k, v) for k, v in shape.params.items()
+                                        if k != "share"))
+            groups.setdefault(key, []).append(shape)
+    group_of = {s.key: g for g in groups.values() for s in g}
     rows = []
     for shape in todo:
         row = cache.rows.get(shape.key)
         cached = row is not None
         if row is None:
-            row = measure_shape(model, dev, shape, plan)
-            cache.put(row)
+            group = group_of.get(shape.key)
+            if group is None:
+                cache.put(measure_shape(model, dev, shape, plan))
+            else:  # re-measure the whole group: its rows are only comparable together
+                for r in measure_shares(model, dev, group, plan):
+                    cache.put(r)
+            row = cache.rows[shape.key]
         rows.append(row)
         if on_row is not None:
             on_row(shape, cached)

@@ -3,6 +3,7 @@ rows file), fit, write the profile YAML. torch loads only inside `profile_model`
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import time
@@ -88,7 +89,9 @@ def profile_model(model: str, device: str, out: Path, *, threads: int | None = N
     cached = sum(1 for s in todo if s.key in cache.rows)
     if on_start is not None:
         on_start(len(todo), cached)
+    load0 = _load()
     rows = measure(mdl, dev, todo, plan, cache, on_row)
+    load1 = _load()
     if dev.is_cuda:
         gpu_bytes = float(torch.cuda.get_device_properties(device).total_memory)
         activation = float(torch.cuda.max_memory_allocated(device) - base_mem)
@@ -102,11 +105,32 @@ def profile_model(model: str, device: str, out: Path, *, threads: int | None = N
                         torch_version=str(torch.__version__), command=cmd,
                         share_kind=dev.share_kind, gpu_bytes=gpu_bytes,
                         activation_bytes=activation, holdout_fraction=holdout_fraction,
-                        holdout_seed=holdout_seed)
+                        holdout_seed=holdout_seed, conditions=_conditions(
+                            rows, load0, load1, len(todo) - cached))
     _check(data, out)
     out.write_text(render(data, rows_path.name), encoding="utf-8")
     return ProfileResult(data, rows, out, rows_path, len(todo) - cached,
                          time.perf_counter() - t0)
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def _conditions(rows: list[Row], load0: float | None, load1: float | None, measured: int
+                ) -> str:
+    """How steady the timings were: the median spread (max/min − 1) of a shape's timed runs,
+    and the 1-minute load average around this run (other processes on the cores)."""
+    spreads = sorted(max(r.samples) / min(r.samples) - 1 for r in rows
+                     if len(r.samples) > 1 and min(r.samples) > 0)
+    text = (f"median spread of a shape's timed runs {100 * spreads[len(spreads) // 2]:.1f}%"
+            if spreads else "")
+    if load0 is not None and load1 is not None and measured:
+        text += f"; load average {load0:.2f} before, {load1:.2f} after this run"
+    return text
 
 
 def _check(data: dict[str, Any], out: Path) -> None:

@@ -5,6 +5,7 @@ for calibrated profiles, held-out measured rows for measured ones)."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -76,6 +77,12 @@ def measure(
                     TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[shape]}"),
                     console=con, transient=False)
     task = prog.add_task(f"profiling {model} on {device}", total=None, shape="")
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if device == "cpu" and load > 0.5:
+        con.print(f"[yellow]warning:[/] load average {load:.2f}: other processes are using "
+                  "the CPU, so timings will be slower and noisier than on a quiet machine "
+                  "(the profile's source records the load)")
 
     def on_start(total: int, cached: int) -> None:
         prog.update(task, total=total)

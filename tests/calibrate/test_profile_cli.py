@@ -99,3 +99,24 @@ def test_the_profile_command_loads_torch_only_to_measure():
             "assert 'torch' not in sys.modules, 'torch was imported'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+
+def test_shares_of_a_shape_are_measured_together(tmp_path):
+    torch = pytest.importorskip("torch")
+    from hastune.calibrate.measure import QUICK, Device, RowCache, measure, shapes
+    from tests.runners.toy_model import ToyModel
+
+    before = torch.get_num_threads()
+    try:
+        dev = Device("cpu", threads=2)  # the toy model does next to no work
+        model = ToyModel()
+        todo = shapes(QUICK, model.profile_sizes(), lambda m, s: (16, 4), dev.shares)
+        rows = measure(model, dev, todo, QUICK, RowCache(None, {}))
+    finally:
+        torch.set_num_threads(before)
+    share = [r for r in rows if r.stage == "encode@share"]
+    assert sorted(r.params["share"] for r in share) == [0.5, 1.0]
+    assert all(len(r.samples) == 2 * QUICK.repeats for r in share)
+    assert {r.stage for r in rows} == {"encode", "prefill", "decode", "encode@share",
+                                       "prefill@share"}
