@@ -65,6 +65,19 @@ def test_check_prints_the_measured_errors_without_calibration_data(measured):
     assert res.returncode == 0 and "held-out" in res.stdout and "regenerate:" in res.stdout
 
 
+def test_the_measured_profile_drives_evaluate(measured, tmp_path):
+    out, _ = measured
+    rec = yaml.safe_load((REPO / "examples" / "reference-cpu.yaml").read_text())
+    rec["profile"] = str(out)
+    rec["workload"]["requests"] = 200
+    p = tmp_path / "r.yaml"
+    p.write_text(yaml.safe_dump(rec))
+    res = hastune("evaluate", p, "--config", REPO / "examples/configs/reference-cpu-epd.yaml",
+                  "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["goodput_rps"] > 0
+
+
 def test_profile_needs_model_and_out():
     res = hastune("profile", "--model", "ref-tiny")
     assert res.returncode == 2 and "--out" in res.stderr and "Fix:" in res.stderr
