@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from runners.model.kv_cache import KVCacheFull
+pytest.importorskip("torch")
+
+from runners.model.kv_cache import KVCacheFull  # noqa: E402
 
 TOL = dict(atol=2e-4, rtol=1e-4)
 
