@@ -147,7 +147,9 @@ def tune(
             tuner.work(st, 0, on_trial=cb)
         else:
             ctx = mp.get_context("spawn")
-            procs = [ctx.Process(target=worker_main, args=(str(recipe), options_dict(opts), w))
+            start = ctx.Barrier(workers)  # all begin together, whatever their import time
+            procs = [ctx.Process(target=worker_main,
+                                 args=(str(recipe), options_dict(opts), w, start))
                      for w in range(workers)]
             for p in procs:
                 p.start()

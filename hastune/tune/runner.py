@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -288,14 +289,20 @@ def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
         study._study_id, number))
 
 
-def worker_main(recipe_path: str, opts: dict, worker: int) -> None:
-    """Entry point of a worker process (multiprocessing spawn)."""
+def worker_main(recipe_path: str, opts: dict, worker: int, start: Any = None) -> None:
+    """Entry point of a worker process (multiprocessing spawn). `start`, a barrier shared by
+    the workers of one command, holds each until all have loaded the study."""
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     tuner = Tuner(load_recipe(recipe_path), TuneOptions(**opts))
     study = tuner.open_study(worker)
+    if start is not None:
+        try:
+            start.wait(timeout=120)
+        except threading.BrokenBarrierError:
+            pass  # a sibling died or is slow: go on alone rather than not at all
     try:
         tuner.work(study, worker)
     except KeyboardInterrupt:

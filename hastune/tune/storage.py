@@ -40,7 +40,24 @@ def open_storage(url: str | None, out: Path) -> optuna.storages.BaseStorage:
 
         return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    return _rdb(url, kwargs)
+
+
+def _rdb(url: str, kwargs: dict, attempts: int = 8) -> optuna.storages.RDBStorage:
+    """Open an RDB storage. Processes that open a new database at the same moment (workers, a
+    second `hastune tune`, a monitoring script) race to create its tables; the loser sees
+    "table … already exists", a duplicate schema-version row or "database is locked". Its next
+    try finds the tables made."""
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    for i in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except (OperationalError, IntegrityError):
+            if i == attempts - 1:
+                raise
+            time.sleep(0.05 * 2**i)
+    raise AssertionError("unreachable")
 
 
 def _pid_alive(pid: int) -> bool:

@@ -53,13 +53,16 @@ def test_kill_nine_then_resume_loses_and_repeats_nothing(small_recipe, tmp_path)
     storage = f"sqlite:///{db}"
     args = ["tune", str(small_recipe), "--trials", "14", "--out", str(out), "--no-plots",
             "--study", "s"]
-    proc = subprocess.Popen([sys.executable, "-m", "hastune", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.time() + 120
+    err = tmp_path / "first.err"
+    with err.open("w") as ef:
+        proc = subprocess.Popen([sys.executable, "-m", "hastune", *args],
+                                stdout=subprocess.DEVNULL, stderr=ef,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 240
     before = []
     while time.time() < deadline:
         time.sleep(0.3)
+        assert proc.poll() is None, f"tune exited early ({proc.returncode}):\n{err.read_text()}"
         if db.exists():
             try:
                 before, _ = _evaluated(storage, "s")
