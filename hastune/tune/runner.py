@@ -131,8 +131,8 @@ class Tuner:
                             cands.append((0.0, c))
                         else:
                             report["rules"]["memory"] += 1
-            if self.opts.prune:  # across architectures: best bound first
-                cands.sort(key=lambda bc: -bc[0])
+            if self.opts.prune:
+                cands = self._diversified(cands)
             # without pruning, no bound ranking either: plain BO from the space's own order
             ranked = [json.loads(config_key(c)) for _, c in cands]
             report["kept"] = len(ranked)
@@ -154,6 +154,23 @@ class Tuner:
         if survivors:
             self.pz = self.pz.narrowed([parse_config(d) for d in survivors])
         return self.prepared
+
+    def _diversified(self, cands: list[tuple[float, Config]]) -> list[tuple[float, Config]]:
+        """Best bound first, across architectures, one configuration per GPU allocation per
+        round: every allocation's best-bounded variant comes before any allocation's second.
+        A capacity bound says nothing about the knobs it does not depend on (B, p, …), so its
+        ties are broken towards allocations not yet tried rather than spending the warm start
+        and the fall-backs on variants of one allocation."""
+        order = sorted(range(len(cands)), key=lambda i: -cands[i][0])  # stable: space order
+        seen: dict[tuple, int] = {}
+        rounds: dict[int, int] = {}
+        for i in order:
+            cfg = cands[i][1]
+            space = self.spaces[cfg.architecture]
+            alloc = (cfg.architecture, *(getattr(cfg, k) for k in space.gpu_knobs()))
+            rounds[i] = seen.get(alloc, 0)
+            seen[alloc] = rounds[i] + 1
+        return [cands[i] for i in sorted(order, key=lambda i: rounds[i])]
 
     def _record(self, study: optuna.Study, cfg: Config,
                 on_trial: Callable[[optuna.trial.FrozenTrial], None] | None) -> float:
