@@ -135,6 +135,17 @@ class ServingModel(ABC):
         """Whether a new sequence of `tokens` fits in the KV memory now."""
         return True
 
+    # -- chunked prefill (optional: the engine's nodg mode falls back to whole prompts) -------
+    def begin_prefill(self, tokens: Sequence[int], embeddings: Any | None = None) -> KVHandle:
+        """A handle for a prompt that `prefill_chunk` will run piece by piece; nothing runs
+        yet (its `length` is 0)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot prefill in chunks")
+
+    def prefill_chunk(self, handle: KVHandle, n: int) -> int | None:
+        """Run the next `n` positions of `handle`'s prompt (attending to the cached ones);
+        the first generated token once the prompt is complete, else None."""
+        raise NotImplementedError(f"{type(self).__name__} cannot prefill in chunks")
+
     def export_kv(self, handle: KVHandle) -> KVState:
         raise NotImplementedError(f"{type(self).__name__} cannot export KV: run prefill and "
                                   "decode in the same worker")

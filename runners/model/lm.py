@@ -67,6 +67,19 @@ class DecoderBlock(nn.Module):
         att = packed_attention(q, k, v, lengths, causal=True)
         return self._mlp(x + self.o(att.reshape(x.shape[0], -1)))
 
+    def forward_chunk(self, x, cos, sin, pool: KVPool, layer: int, slots: torch.Tensor,
+                      index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """A prompt chunk of one sequence: its K/V written at `slots` first, then attention
+        over the sequence's cached rows `index` [1, L] under the causal `mask` [N, L]."""
+        n = x.shape[0]
+        q, k, v = self._qkv(x, cos, sin)
+        pool.write(layer, slots, k, v)
+        keys, vals = pool.gather(layer, index)  # [1, Hkv, L, D]
+        att = F.scaled_dot_product_attention(
+            q.transpose(0, 1)[None], keys, vals, attn_mask=mask[None, None],
+            enable_gqa=self.heads != self.kv_heads)  # [1, H, N, D]
+        return self._mlp(x + self.o(att[0].transpose(0, 1).reshape(n, -1)))
+
     def forward_decode(self, x, cos, sin, pool: KVPool, layer: int, slots: torch.Tensor,
                        index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         b = x.shape[0]
@@ -108,6 +121,21 @@ class LanguageModel(nn.Module):
         cos, sin = self._angles(positions, x)
         for i, blk in enumerate(self.blocks):
             x = blk.forward_packed(x, lengths, cos, sin, pool, i, slots)
+        return x
+
+    def extend(self, x: torch.Tensor, start: int, pool: KVPool, slots: torch.Tensor,
+               index: torch.Tensor) -> torch.Tensor:
+        """Chunked prefill: x [N, width] at positions start..start+N−1 of one sequence whose
+        first `start` positions are cached; `index` [1, start+N] its pool rows. Hidden states
+        [N, width]."""
+        n = x.shape[0]
+        cos, sin = self._angles(torch.arange(start, start + n), x)
+        total = index.shape[1]
+        mask = (torch.arange(total)[None] <= torch.arange(start, start + n)[:, None])
+        mask = mask.to(x.device)
+        slots = slots.to(x.device)
+        for i, blk in enumerate(self.blocks):
+            x = blk.forward_chunk(x, cos, sin, pool, i, slots, index, mask)
         return x
 
     def decode(self, x: torch.Tensor, positions: torch.Tensor, pool: KVPool,

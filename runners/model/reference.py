@@ -5,6 +5,7 @@ Weights come from the config's seed (no downloads); decoding is greedy."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -20,6 +21,14 @@ from runners.model.vision import VisionEncoder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 RESIDUAL_OUT = ("o.weight", "down.weight", "proj.weight", "fc2.weight")
+
+
+@dataclass(eq=False)
+class _PromptSeq(KVSeq):
+    """A sequence being prefilled in chunks: the prompt's input embeddings ride along until
+    its last chunk has run."""
+
+    inputs: torch.Tensor | None = None
 
 
 class ReferenceNet(nn.Module):
@@ -169,6 +178,31 @@ class ReferenceModel(ServingModel):
 
     def prefill(self, tokens, embeddings=None):  # type: ignore[override]
         return self.prefill_batch([(tokens, embeddings)])[0]
+
+    # -- chunked prefill ------------------------------------------------------------------
+    def begin_prefill(self, tokens, embeddings=None):  # type: ignore[override]
+        seq = _PromptSeq()
+        seq.inputs = self._inputs(tokens, embeddings)
+        return seq
+
+    @torch.inference_mode()
+    def prefill_chunk(self, handle, n):  # type: ignore[override]
+        x_all = handle.inputs
+        if x_all is None:
+            raise ValueError("prefill_chunk got a handle whose prompt is complete")
+        s = handle.length
+        e = min(s + max(1, int(n)), x_all.shape[0])
+        if not self.pool.can_allocate(handle, e - s):
+            raise KVCacheFull(f"a {e - s}-token prefill chunk does not fit in the KV cache "
+                              f"({self.pool.free_blocks} free blocks)")
+        slots = self.pool.allocate(handle, e - s)
+        index, _ = self.pool.gather_index([handle])
+        h = self.net.lm.extend(x_all[s:e], s, self.pool, slots, index)
+        if e < x_all.shape[0]:
+            return None
+        handle.inputs = None
+        handle.last_token = int(self.net.lm.logits(h[-1:]).argmax(-1))
+        return handle.last_token
 
     # -- decode ---------------------------------------------------------------------------
     @torch.inference_mode()
