@@ -93,8 +93,11 @@ class DecodeWorker:
         self.version += 1
         return t, step
 
-    def wake(self, t: float, t_last: list[float], rejected: list[int]) -> tuple[float, int] | None:
-        """Run the boundary at t: finish, admit, and plan the next wake (or go idle)."""
+    def wake(self, t: float, t_last: list[float], rejected: list[int],
+             finished: list[int] | None = None) -> tuple[float, int] | None:
+        """Run the boundary at t: finish, admit, and plan the next wake (or go idle). With
+        `finished`, append every request whose last token came at t (finished, rejected, or
+        done with its prefill's token)."""
         step = self.wake_step
         self.steps_run += step - self.step  # type: ignore[operator]
         self.step = step  # type: ignore[assignment]
@@ -105,6 +108,8 @@ class DecodeWorker:
         while running and running[0][0] <= step:
             _, req, s_i, reserve = heappop(running)
             t_last[req] = t
+            if finished is not None:
+                finished.append(req)
             self.n -= 1
             self.S -= s_i
             self.reserved -= reserve
@@ -116,6 +121,8 @@ class DecodeWorker:
                 self.pending_tokens -= reserve
                 rejected.append(req)
                 t_last[req] = math.inf
+                if finished is not None:
+                    finished.append(req)
                 continue
             if self.n >= self.max_batch or self.reserved + reserve > self.cap:
                 break
@@ -123,6 +130,8 @@ class DecodeWorker:
             self.pending_tokens -= reserve
             if out <= 1:  # the prefill's token was the only one
                 t_last[req] = t
+                if finished is not None:
+                    finished.append(req)
                 continue
             self.reserved += reserve
             s_i = ctx0 - step

@@ -28,8 +28,9 @@ from hastune.config import FuDGConfig
 from hastune.profile import Profile
 from hastune.recipe import SLO
 from hastune.sim.common import Arrivals, build_result
+from hastune.sim.decode import DecodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE
-from hastune.sim.instance import InstanceTiming, QueueDecode
+from hastune.sim.instance import InstanceTiming
 from hastune.sim.links import DuplexNetwork
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
@@ -104,7 +105,7 @@ class FuDGSimulator:
         p_held = [0.0] * P          # KV tokens computed or being computed, not yet sent
         p_stage_busy = [False] * P
         p_busy_s = [0.0] * P
-        dws = [QueueDecode(t.decode, c, t.first_gpu) for t, c in zip(dtm, d_cap)]
+        dws = [DecodeWorker(t.decode, c, t.first_gpu) for t, c in zip(dtm, d_cap)]
         d_inflight = [0.0] * D
         d_node = [t.node for t in dtm]
         gp, gd = ptm[0].gpus, dtm[0].gpus
@@ -219,7 +220,7 @@ class FuDGSimulator:
             if kind == DEC_WAKE:
                 dw = dws[a]
                 if b == dw.version:
-                    nxt = dw.wake_collect(t, t_last, rejected, finished)
+                    nxt = dw.wake(t, t_last, rejected, finished)
                     if nxt is not None:
                         heappush(heap, (nxt[0], PRIO_DONE, next(seq), DEC_WAKE, a, dw.version))
                     if finished:
