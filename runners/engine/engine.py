@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import multiprocessing as mp
 import queue
 import threading
 import time
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from runners.engine import backend
 from runners.engine.messages import (
     EV_DONE,
     EV_ENCODED,
@@ -31,6 +31,7 @@ from runners.engine.messages import (
     STOP,
     Job,
 )
+from runners.engine.modes import REPLICA_ARCHITECTURES, launch
 from runners.engine.workers import Shared, decode_main, encode_main, prefill_main
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,10 @@ class EngineOptions:
     max_batch: int = 64            # decode batch cap
     start_timeout_s: float = 180.0
     drain_timeout_s: float = 60.0  # after the last arrival, how long to wait for stragglers
+    ttft_slo_s: float | None = None  # padg's admission checks (default 5 s / 0.1 s)
+    tpot_slo_s: float | None = None
+    backend: str = "local"         # local processes, or ray actors (runners/engine/backend.py)
+    ray_address: str | None = None  # the Ray cluster to join (default: a local one)
 
 
 @dataclass
@@ -69,11 +74,18 @@ class Engine:
         self.procs: dict[str, Any] = {}
         self.inboxes: dict[str, Any] = {}
         self.started = False
+        self.mode: Any = None  # nodg / padg: routes requests and reads what replicas report
 
     # -- life cycle ---------------------------------------------------------------------
     def start(self) -> Engine:
         cfg = self.config
-        ctx = mp.get_context("spawn")
+        o = self.opts
+        ctx = self.ctx = backend.context(o.backend, o.ray_address, cpus=o.threads,
+                                         gpus=1.0 if o.device.startswith("cuda") else 0.0)
+        if cfg.architecture in REPLICA_ARCHITECTURES:  # nodg / padg: runners/engine/modes.py
+            self.mode = launch(self, ctx)
+            self.started = True
+            return self
         static = cfg.architecture == "epd-static"
         e_names = [f"E{i}" for i in range(cfg.n_E)]
         p_names = [f"P{i}" for i in range(cfg.n_P)]
@@ -134,6 +146,7 @@ class Engine:
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
+        backend.close(getattr(self, "ctx", None))
         self.started = False
 
     def __enter__(self) -> Engine:
@@ -160,6 +173,8 @@ class Engine:
         index = {j.rid: k for k, j in enumerate(jobs)}
         dead: set[str] = {n_ for n_ in self.names if not self.shared.is_alive(n_)}
         overhead: dict[str, tuple[float, float]] = {}
+        if self.mode is not None:
+            self.mode.begin_run()
         t0 = time.monotonic() + 0.05
         lock = threading.Lock()  # owner and arrival are shared with the submit thread
 
@@ -168,11 +183,15 @@ class Engine:
                 delay = t0 + off - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                e = self.e_names[k % len(self.e_names)]
+                e = (self.mode.route(job) if self.mode is not None
+                     else self.e_names[k % len(self.e_names)])
                 job.arrival = time.monotonic()
                 with lock:
                     arrival[index[job.rid]] = job.arrival
                     owner[job.rid] = e
+                if e is None:  # padg: the macro-instance scheduler holds it
+                    self.mode.hold(job)
+                    continue
                 if not self.shared.is_alive(e):
                     self.events.put((EV_FAILED, job.rid, e, job.arrival, f"worker {e} is dead"))
                     continue
@@ -207,6 +226,9 @@ class Engine:
                                 fail(rid, f"worker {name} died")
             try:
                 kind, rid, name, t, extra = self.events.get(timeout=0.2)
+                t += getattr(self.procs.get(name), "clock_shift", 0.0)  # ray: other machines
+                if self.mode is not None:
+                    self.mode.on_event(kind, rid, name, t, extra)
             except queue.Empty:
                 finished = sum(1 for j in jobs if j.rid in failed
                                or not math.isnan(last[index[j.rid]]))
@@ -241,9 +263,12 @@ class Engine:
                     fail(rid, f"handed to {'no worker' if dest == '-' else dest}, "
                               "which is dead")
         th.join(timeout=1)
+        if self.mode is not None:
+            self.mode.end_run()
         model_s = sum(v[0] for v in overhead.values())
         over_s = sum(v[1] for v in overhead.values())
         return RunRecord(rate, arrival, first, last, tokens, failed,
                          {"decode_model_s": model_s, "decode_overhead_s": over_s,
-                          "decode_overhead_share": over_s / model_s if model_s else 0.0},
+                          "decode_overhead_share": over_s / model_s if model_s else 0.0,
+                          **(self.mode.extra() if self.mode is not None else {})},
                          time.monotonic() - wall0)
