@@ -1,0 +1,80 @@
+"""The engine on Ray (`--backend ray`) with a local cluster: the same worker mains as actors,
+every request completed with real timestamps, and a killed worker actor's requests failed
+explicitly while the rest finish. One cluster and one engine for the module (ray.init and
+the actors' model loads are the slow part on 2 cores); the kill test runs last."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+ray = pytest.importorskip("ray")
+
+from hastune.config import EPDConfig  # noqa: E402
+from hastune.recipe import Workload  # noqa: E402
+from hastune.workload import sample_requests  # noqa: E402
+from runners.engine import Engine, EngineOptions  # noqa: E402
+from runners.engine.backend import ActorProcess  # noqa: E402
+from runners.engine.load import jobs_from, to_result  # noqa: E402
+
+WORKLOAD = Workload(mix={"image": 0.4, "audio": 0.2, "text": 0.4},
+                    modalities={"image": {"scheme": "tokens", "encoder_tokens": 16},
+                                "audio": {"scheme": "tokens", "encoder_tokens": 16}},
+                    prompt_tokens={"dist": "uniform", "min": 4, "max": 24},
+                    output_tokens={"dist": "uniform", "min": 2, "max": 12})
+CONFIG = EPDConfig(architecture="epd", n_E=1, n_P=1, n_D=2, B=2, s=0.5)
+
+
+def _jobs(n: int, rate: float, seed: int = 0):
+    return jobs_from(sample_requests(WORKLOAD, n, seed), rate, 512, seed)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(address="local", num_cpus=8, object_store_memory=80 * 1024**2,
+             include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def engine(cluster):
+    eng = Engine(CONFIG, EngineOptions(model="ref-tiny", backend="ray", drain_timeout_s=30),
+                 rate_hint=15.0).start()
+    yield eng
+    eng.stop()
+
+
+def test_workers_are_ray_actors_and_every_request_completes(engine):
+    assert all(isinstance(p, ActorProcess) for p in engine.procs.values())
+    jobs, offsets = _jobs(30, 15.0)
+    rec = engine.run(jobs, offsets, 15.0)
+    assert not rec.failed
+    assert (rec.tokens == [j.max_tokens for j in jobs]).all()
+    # real timestamps, on the frontend's clock: arrival < first token ≤ last token
+    assert (rec.first > rec.arrival).all() and (rec.last >= rec.first).all()
+    res = to_result(rec, 0.1)
+    assert res.completed == 30 and (res.ttft > 0).all() and (res.ttft < 10).all()
+    assert rec.overhead["decode_model_s"] > 0
+
+
+def test_a_killed_worker_actor_fails_its_requests_and_the_rest_finish(engine):
+    jobs, offsets = _jobs(60, 15.0, seed=1)
+
+    def kill_later() -> None:
+        time.sleep(offsets[20])
+        engine.kill("D0")  # ray.kill on the actor
+
+    threading.Thread(target=kill_later, daemon=True).start()
+    rec = engine.run(jobs, offsets, 15.0)
+    done = {j.rid for j, last in zip(jobs, rec.last) if not math.isnan(last)}
+    assert done.isdisjoint(rec.failed)
+    assert len(done) + len(rec.failed) == len(jobs), "a request was lost"
+    assert rec.failed and all("D0" in why for why in rec.failed.values())
+    assert "timed out" not in " ".join(rec.failed.values())
+    assert len(done) > len(jobs) // 2  # routing skips D0 once it is dead
+    assert not engine.procs["D0"].is_alive() and engine.procs["D1"].is_alive()
