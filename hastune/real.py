@@ -30,6 +30,8 @@ class RealOptions:
     warmup: float = 0.1
     device: str = "cpu"
     kv_tokens: int = 1 << 16
+    backend: str = "local"          # local processes or ray actors (runners/engine/backend.py)
+    ray_address: str | None = None  # the Ray cluster to join (default: start a local one)
 
 
 def _vocab(model: str) -> int:
@@ -46,6 +48,9 @@ class RealEvaluation:
                  requests: int | None = None, seed: int | None = None):
         self.recipe = recipe
         self.opts = options or RealOptions()
+        from runners.engine.backend import check
+
+        check(self.opts.backend)  # unknown, or ray not installed: say so before any work
         if requests:
             self.opts.requests = requests
         self.seed = recipe.seed if seed is None else seed
@@ -67,7 +72,9 @@ class RealEvaluation:
             try:
                 eng = Engine(config, EngineOptions(model=self.recipe.model,
                                                    device=self.opts.device,
-                                                   kv_tokens=self.opts.kv_tokens)).start()
+                                                   kv_tokens=self.opts.kv_tokens,
+                                                   backend=self.opts.backend,
+                                                   ray_address=self.opts.ray_address)).start()
             except (RuntimeError, ValueError) as exc:
                 raise InputError(self.recipe.path, "model", f"the engine could not start "
                                  f"model {self.recipe.model!r}: {exc}", "use a model the "

@@ -23,11 +23,20 @@ def evaluate(
     evaluator: str = typer.Option("sim", "--evaluator", help="sim (simulator) or real "
                                   "(the engine in runners/ with a real model)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    backend: str = typer.Option("local", "--backend", help="with --evaluator real: where the "
+                                "engine's workers run, local processes or ray actors "
+                                "(pip install 'hastune[ray]')"),
+    ray_address: str | None = typer.Option(None, "--ray-address",
+                                           help="with --backend ray: the cluster to join "
+                                                "(e.g. HEAD:6379; default: a local one)"),
 ) -> None:
     """Find the P90 goodput of a deployment: the highest rate that still meets the SLOs."""
+    if evaluator != "real" and (backend != "local" or ray_address):
+        raise InputError(None, "--backend", "the backend is the engine's: it applies to "
+                         "--evaluator real", "add --evaluator real, or drop --backend")
     if evaluator == "real":
         from hastune.config import load_config
-        from hastune.real import RealEvaluation
+        from hastune.real import RealEvaluation, RealOptions
         from hastune.recipe import load_recipe
 
         rec, cfg = load_recipe(recipe), load_config(config)
@@ -35,7 +44,8 @@ def evaluate(
             raise InputError(config, None, f"the config uses {cfg.gpus} GPUs but the recipe's "
                              f"budget is {rec.cluster.gpus}", "lower the pools or raise "
                              "cluster.gpus")
-        ev = RealEvaluation(rec, requests=requests, seed=seed)
+        ev = RealEvaluation(rec, RealOptions(backend=backend, ray_address=ray_address),
+                            requests=requests, seed=seed)
     elif evaluator == "sim":
         rec, cfg, ev = load_inputs(recipe, config, requests, seed)
     else:

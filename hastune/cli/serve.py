@@ -26,6 +26,11 @@ def serve(
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     seed: int | None = typer.Option(None, "--seed", help="load seed (default: recipe's)"),
     as_json: bool = typer.Option(False, "--json", help="print the load run as JSON"),
+    backend: str = typer.Option("local", "--backend", help="where the engine's workers run: "
+                                "local processes, or ray actors (pip install 'hastune[ray]')"),
+    ray_address: str | None = typer.Option(None, "--ray-address",
+                                           help="with --backend ray: the cluster to join "
+                                                "(e.g. HEAD:6379; default: a local one)"),
 ) -> None:
     """Start the engine's workers for CONFIG. With --recipe, run one load of --requests at
     --rate and report every request as completed or failed; without, serve until Ctrl-C."""
@@ -34,6 +39,7 @@ def serve(
     from hastune.recipe import load_recipe
     from hastune.workload import sample_requests
     from runners.engine import Engine, EngineOptions
+    from runners.engine.backend import check
     from runners.engine.load import jobs_from, to_result
 
     cfg = load_config(config)
@@ -42,18 +48,21 @@ def serve(
                          f"{cfg.architecture!r} yet", "use an epd or epd-static config")
     if rate <= 0 or requests <= 0:
         raise InputError(None, "--rate/--requests", "must be > 0", "give positive values")
+    check(backend)
     rec = load_recipe(recipe) if recipe else None
     name = model or (rec.model if rec else "ref-small")
     con = Console(stderr=True, highlight=False)
     t0 = time.perf_counter()
     try:
-        eng = Engine(cfg, EngineOptions(model=name, device=device), rate_hint=rate).start()
+        eng = Engine(cfg, EngineOptions(model=name, device=device, backend=backend,
+                                        ray_address=ray_address), rate_hint=rate).start()
     except (RuntimeError, ValueError) as exc:
         raise InputError(config, None, f"the engine could not start model {name!r}: {exc}",
                          "check --model (ref-tiny, ref-small, ref-base, module:factory)") \
             from None
+    where = "" if backend == "local" else f" as {backend} actors"
     con.print(f"engine up: {cfg.architecture} with {cfg.n_E} encode, {cfg.n_P} prefill, "
-              f"{cfg.n_D} decode workers, model {name} on {device} "
+              f"{cfg.n_D} decode workers{where}, model {name} on {device} "
               f"({time.perf_counter() - t0:.1f} s)")
     try:
         if rec is None:

@@ -101,6 +101,12 @@ def tune(
                                          help="a previous summary.json to compare against"),
     max_regression: float = typer.Option(0.05, "--max-regression",
                                          help="allowed goodput drop vs --baseline (share)"),
+    backend: str = typer.Option("local", "--backend", help="with --evaluator real: where the "
+                                "engine's workers run, local processes or ray actors "
+                                "(pip install 'hastune[ray]')"),
+    ray_address: str | None = typer.Option(None, "--ray-address",
+                                           help="with --backend ray: the cluster to join "
+                                                "(e.g. HEAD:6379; default: a local one)"),
 ) -> None:
     """Find the deployment with the most P90 goodput: prune, then Bayesian optimisation.
 
@@ -120,7 +126,7 @@ def tune(
     rec = load_recipe(recipe)
     opts = TuneOptions(trials=trials, sampler=sampler, evaluator=evaluator, storage=storage,
                        study=study, workers=workers, out=str(out), seed=seed,
-                       prune=not no_prune)
+                       prune=not no_prune, backend=backend, ray_address=ray_address)
     from hastune.tune.samplers import make_sampler
 
     make_sampler(sampler, 0)  # unknown sampler / missing torch: fail before any work

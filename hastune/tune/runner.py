@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -50,6 +51,8 @@ class TuneOptions:
     probe_top: int = 3
     margin: float = 1.25
     warm_start: int = 5
+    backend: str = "local"          # the engine's, with evaluator real
+    ray_address: str | None = None
 
 
 def config_key(cfg: Config) -> str:
@@ -74,6 +77,14 @@ class Tuner:
         if opts.evaluator not in ("sim", "real"):
             raise InputError(None, "--evaluator", f"unknown evaluator {opts.evaluator!r}",
                              "use sim or real")
+        if opts.evaluator != "real" and opts.backend != "local":
+            raise InputError(None, "--backend", "the backend is the engine's: it applies to "
+                             "--evaluator real", "add --evaluator real, or drop --backend")
+        if opts.backend == "ray" and opts.workers > 1 and not (
+                opts.ray_address or os.environ.get("RAY_ADDRESS")):
+            raise InputError(None, "--ray-address", "K tune workers with --backend ray would "
+                             "start K local Ray clusters", "start one with `ray start --head` "
+                             "and pass its address with --ray-address")
         if opts.trials < 1:
             raise InputError(None, "--trials", f"must be ≥ 1 (got {opts.trials})",
                              "give the number of evaluations to run")
@@ -86,9 +97,10 @@ class Tuner:
         self.ev = Evaluation(recipe)  # the profile and requests pruning works from
         self.evaluator: Any = self.ev
         if opts.evaluator == "real":
-            from hastune.real import RealEvaluation
+            from hastune.real import RealEvaluation, RealOptions
 
-            self.evaluator = RealEvaluation(recipe)
+            self.evaluator = RealEvaluation(recipe, RealOptions(
+                backend=opts.backend, ray_address=opts.ray_address))
         self.spaces = {a: space_for(a, recipe.path, recipe.search_space)
                        for a in recipe.architectures}
         self.pz = Parametrization(self.spaces, recipe.cluster.gpus)

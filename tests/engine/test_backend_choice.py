@@ -1,0 +1,53 @@
+"""Choosing the engine's backend: an unknown one, or ray where ray is not installed, is one
+clear input error (exit 2) that says what to do — before any worker starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hastune.errors import InputError
+from runners.engine import backend
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "examples" / "configs" / "epd-2-2-4.yaml"
+
+
+def test_local_is_the_spawn_context():
+    ctx = backend.context("local")
+    assert ctx.get_start_method() == "spawn"
+    backend.close(ctx)  # nothing to close
+
+
+def test_an_unknown_backend_names_the_choices():
+    with pytest.raises(InputError, match="unknown backend 'k8s'.*use local or ray"):
+        backend.context("k8s")
+
+
+def test_ray_missing_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(InputError, match=r"needs ray, which is not installed.*pip install"):
+        backend.check("ray")
+
+
+def test_importing_the_engine_does_not_load_ray():
+    out = subprocess.run([sys.executable, "-c", "import sys, hastune, hastune.cli, "
+                          "runners.engine, runners.engine.backend; print('ray' in sys.modules)"],
+                         capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["serve", CONFIG, "--backend", "k8s"],
+    ["evaluate", REPO / "examples" / "audio-ultravox-8xa100.yaml", "-c", CONFIG,
+     "--evaluator", "real", "--backend", "k8s"],
+])
+def test_cli_unknown_backend_exits_2(args):
+    r = subprocess.run([sys.executable, "-m", "hastune", *map(str, args)], capture_output=True,
+                       text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 2
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "--backend" in lines[0] and "use local or ray" in lines[0]
