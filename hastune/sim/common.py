@@ -1,15 +1,41 @@
-"""Pieces the replica-based simulators share: arrivals (open or closed loop), routing across
-instances, and turning per-request timestamps into a RunResult."""
+"""Pieces the simulators share: arrivals (open or closed loop), the event loop that merges them
+with the event heap, per-request lists, routing across instances, and turning per-request
+timestamps into a RunResult."""
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterator
+from heapq import heappop, heappush
+from itertools import count
 
 import numpy as np
 
+from hastune.sim.events import PRIO_ARRIVE
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
+
+# Event kind of an arrival that comes through the heap (a closed-loop client's next request,
+# pushed by EventLoop.finished). Simulators that run closed loop number their other kinds from 1.
+ARRIVE = 0
+
+
+def check_gpus(config, cluster) -> None:
+    """Refuse a config that uses more GPUs than the cluster has."""
+    if config.gpus > cluster.gpus:
+        raise ValueError(f"config uses {config.gpus} GPUs, the budget is {cluster.gpus}")
+
+
+def request_lists(reqs: RequestSet) -> tuple[list[float], list[float], list[int], bool,
+                                              list[float], list[float], list[int]]:
+    """What a run reads per request, as lists: prefill tokens, encoder tokens, output tokens,
+    and whether any request is multimodal; then what it fills in: first- and last-token
+    times (nan until known) and the rejected requests."""
+    n = len(reqs)
+    return (reqs.prefill_tokens.tolist(), reqs.encoder_tokens.tolist(),
+            reqs.output_tokens.astype(np.int64).tolist(), bool((reqs.encoder_tokens > 0).any()),
+            [math.nan] * n, [math.nan] * n, [])
 
 
 class Arrivals:
@@ -53,6 +79,77 @@ class Arrivals:
         return ta, r
 
 
+class EventLoop:
+    """One run's event heap of (time, priority, sequence, kind, a, b) tuples (the order of
+    hastune.sim.events), merged with the run's arrivals `arr` (an `Arrivals`' times; with
+    `closed_loop=False`, `reqs.arrivals(rate)` whatever the request set says, for simulators
+    that model open loop only). The first `n_open` arrivals never enter the heap:
+    `events(arrive)` yields the heap's events in order and calls `arrive(r, t)` for each of
+    them where it comes first — before the heap's next event, or at the same time when that
+    event's priority is PRIO_ARRIVE or later. Closed-loop arrivals after those come through the
+    heap as ARRIVE events (`finished`).
+
+    Simulators push onto `heap` with `next(seq)` directly (no check that t ≥ now). After the
+    loop, `t` is the time of the last thing that happened and `popped` the heap events taken;
+    during it, `arrived` counts the pre-computed arrivals seen so far."""
+
+    __slots__ = ("heap", "seq", "arr", "n_open", "feed", "arrived", "t", "popped")
+
+    def __init__(self, reqs: RequestSet, rate: float, closed_loop: bool = True):
+        self.heap: list[tuple] = []
+        self.seq = count()
+        if closed_loop:
+            feed = Arrivals(reqs, rate)
+            self.feed: Arrivals | None = feed
+            self.arr = feed.times
+            self.n_open = feed.initial()
+        else:
+            self.feed = None
+            self.arr = reqs.arrivals(rate).tolist()
+            self.n_open = len(self.arr)
+        self.arrived = 0
+        self.t = 0.0
+        self.popped = 0
+
+    def span(self) -> float:
+        """Seconds from the first arrival to the end of the run (after `events`)."""
+        arr = self.arr
+        return max(self.t - (arr[0] if arr else 0.0), 1e-12)
+
+    def finished(self, r: int, t: float) -> None:
+        """Request r completed (or was rejected) at t: in closed loop its client sends its
+        next request, an ARRIVE event on the heap."""
+        feed = self.feed
+        if feed is not None and feed.closed:
+            nxt = feed.next_after(t)
+            if nxt is not None:
+                heappush(self.heap, (nxt[0], PRIO_ARRIVE, next(self.seq), ARRIVE, nxt[1], None))
+
+    def events(self, arrive: Callable[[int, float], None]) -> Iterator[tuple]:
+        """The heap's events in time order; the pre-computed arrivals in between go to
+        `arrive`."""
+        heap, arr, n_open = self.heap, self.arr, self.n_open
+        i = 0
+        popped = 0
+        t = 0.0
+        while True:
+            if i < n_open and (not heap or arr[i] < heap[0][0]
+                               or (arr[i] == heap[0][0] and heap[0][1] >= PRIO_ARRIVE)):
+                t = arr[i]
+                arrive(i, t)
+                i += 1
+                self.arrived = i
+                continue
+            if not heap:
+                break
+            ev = heappop(heap)
+            popped += 1
+            t = ev[0]
+            yield ev
+        self.t = t
+        self.popped = popped
+
+
 def least_loaded(loads: list[float]) -> int:
     """Index of the smallest load (the first on ties)."""
     best, bi = loads[0], 0
@@ -62,14 +159,16 @@ def least_loaded(loads: list[float]) -> int:
     return bi
 
 
-def build_result(rate: float, arr: list[float], t_first: list[float], t_last: list[float],
-                 out_tok: list[int], rejected: list[int], warmup: float, end: float,
-                 utilisation: dict[str, float], events: int, wall0: float,
-                 extra: dict[str, float] | None = None) -> RunResult:
-    """TTFT = first token − arrival; TPOT = (t_last − t_first)/(n_out − 1); rejected → inf."""
+def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: list[float],
+                 out_tok: list[int], rejected: list[int], warmup: float,
+                 utilisation: dict[str, float], wall0: float,
+                 extra: dict[str, float] | None = None, load_stats: bool = True) -> RunResult:
+    """The RunResult of a finished `loop`. TTFT = first token − arrival;
+    TPOT = (t_last − t_first)/(n_out − 1); rejected → inf. `load_stats`: add throughput_rps and
+    max_in_flight to `extra` (epd does not report them)."""
+    arr = loop.arr
     n = len(arr)
-    start = arr[0] if n else 0.0
-    span = max(end - start, 1e-12)
+    span = loop.span()
     a = np.array(arr, dtype=float)
     tf = np.array(t_first, dtype=float)
     tl = np.array(t_last, dtype=float)
@@ -84,15 +183,16 @@ def build_result(rate: float, arr: list[float], t_first: list[float], t_last: li
     ex = dict(extra or {})
     # throughput while requests were still arriving (in closed loop: while every client was
     # busy): measured completions up to the last arrival, over that stretch
-    if n > w + 1:
+    if load_stats and n > w + 1:
         t0, t1 = float(a[w]), float(a.max())
         if t1 > t0:
             ex["throughput_rps"] = float(((tl[w:] >= t0) & (tl[w:] <= t1)).sum()) / (t1 - t0)
-    if n:  # the most requests in the system at once (in closed loop: the concurrency)
+    if load_stats and n:  # the most requests in the system at once (closed loop: the concurrency)
         fin = np.where(np.isfinite(tl), tl, a)
         ev = np.concatenate([np.stack([a, np.ones(n)], 1), np.stack([fin, -np.ones(n)], 1)])
         ev = ev[np.lexsort((ev[:, 1], ev[:, 0]))]  # at equal times, leave before arriving
         ex["max_in_flight"] = float(np.cumsum(ev[:, 1]).max())
     return RunResult(rate=rate, ttft=ttft, tpot=tpot, warmup=w, rejected=len(rejected),
-                     utilisation=utilisation, sim_time_s=span, events=events,
-                     wall_s=time.perf_counter() - wall0, extra=ex)
+                     utilisation=utilisation, sim_time_s=span,
+                     events=loop.popped + loop.n_open, wall_s=time.perf_counter() - wall0,
+                     extra=ex)

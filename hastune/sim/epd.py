@@ -15,19 +15,17 @@ encode batches on a fixed timeout, the encoder has the whole GPU.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
-from heapq import heappop, heappush
-
-import numpy as np
+from heapq import heappush
 
 from hastune.cluster import Cluster
 from hastune.config import EPDConfig, EPDStaticConfig
 from hastune.policies import DeficitRouter, PoissonGapBatcher, SMPartitioner, TimeoutBatcher
 from hastune.profile import Profile, interp_curve
+from hastune.sim.common import EventLoop, build_result, check_gpus, request_lists
 from hastune.sim.decode import DecodeWorker
-from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER, EventQueue
+from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER
 from hastune.sim.network import Network
 from hastune.sim.prefill import PrefillWorker
 from hastune.sim.result import RunResult
@@ -41,8 +39,7 @@ class EPDSimulator:
 
     def __init__(self, profile: Profile, cluster: Cluster, config: EPDConfig | EPDStaticConfig,
                  warmup: float = 0.1):
-        if config.gpus > cluster.gpus:
-            raise ValueError(f"config uses {config.gpus} GPUs, the budget is {cluster.gpus}")
+        check_gpus(config, cluster)
         self.profile = profile
         self.cluster = cluster
         self.config = config
@@ -58,14 +55,10 @@ class EPDSimulator:
         cfg, prof = self.config, self.profile
         static = self.static
         n = len(reqs)
-        arr = reqs.arrivals(rate).tolist()
-        enc_tok = reqs.encoder_tokens.tolist()
+        loop = EventLoop(reqs, rate, closed_loop=False)  # open loop only
+        heap, seq = loop.heap, loop.seq
+        pre_tok, enc_tok, out_tok, _, t_first, t_last, rejected = request_lists(reqs)
         llm_tok = reqs.llm_tokens.tolist()
-        pre_tok = reqs.prefill_tokens.tolist()
-        out_tok = reqs.output_tokens.astype(np.int64).tolist()
-        t_first = [math.nan] * n
-        t_last = [math.nan] * n
-        rejected: list[int] = []
 
         n_E, n_P, n_D = cfg.n_E, cfg.n_P, cfg.n_D
         net = Network(self.cluster, n_E + n_P + n_D)
@@ -102,10 +95,6 @@ class EPDSimulator:
         enc_batches = [0] * n_E
         timer_at: list[float | None] = [None] * n_E
         timer_ver = [0] * n_E
-
-        q = EventQueue()
-        heap = q.heap
-        seq = q.seq
 
         def push(t: float, prio: int, kind: int, a: object, b: object = None) -> None:
             heappush(heap, (t, prio, next(seq), kind, a, b))
@@ -170,43 +159,35 @@ class EPDSimulator:
                 pws[e].outstanding += pre_tok[r]
                 prefill_enqueue(e, r, t)
 
-        i = 0
-        popped = 0
         rr_text = 0
         rr = 0
-        while True:
-            if i < n and (not heap or arr[i] < heap[0][0]
-                          or (arr[i] == heap[0][0] and heap[0][1] >= PRIO_ARRIVE)):
-                t = arr[i]
-                r = i
-                i += 1
-                if enc_tok[r] <= 0:  # text only: straight to prefill
-                    if static:
-                        route(-1, r, t)
-                    else:
-                        route(rr_text % n_E, r, t)
-                        rr_text += 1
-                    continue
-                e = rr % n_E
-                rr += 1
-                b = batchers[e]
-                batch = b.add(t, r)
-                if batch is not None:
-                    enc_queue[e].append(batch)
-                    if enc_batch[e] is None:
-                        start_encode(e, t)
+
+        def arrive(r: int, t: float) -> None:
+            nonlocal rr_text, rr
+            if enc_tok[r] <= 0:  # text only: straight to prefill
+                if static:
+                    route(-1, r, t)
                 else:
-                    d = b.deadline()
-                    ta = timer_at[e]
-                    if ta is None or d < ta:
-                        timer_ver[e] += 1
-                        timer_at[e] = d
-                        heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
-                continue
-            if not heap:
-                break
-            t, _, _, kind, a, b_ = heappop(heap)
-            popped += 1
+                    route(rr_text % n_E, r, t)
+                    rr_text += 1
+                return
+            e = rr % n_E
+            rr += 1
+            b = batchers[e]
+            batch = b.add(t, r)
+            if batch is not None:
+                enc_queue[e].append(batch)
+                if enc_batch[e] is None:
+                    start_encode(e, t)
+            else:
+                d = b.deadline()
+                ta = timer_at[e]
+                if ta is None or d < ta:
+                    timer_ver[e] += 1
+                    timer_at[e] = d
+                    heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
+
+        for t, _, _, kind, a, b_ in loop.events(arrive):
             if kind == DEC_WAKE:
                 dw = dws[a]
                 if b_ == dw.version:
@@ -276,18 +257,7 @@ class EPDSimulator:
                         timer_at[e] = d
                         heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
 
-        end = t if n else 0.0
-        start = arr[0] if n else 0.0
-        span = max(end - start, 1e-12)
-        ttft = np.array(t_first) - np.array(arr)
-        tl = np.array(t_last)
-        tf = np.array(t_first)
-        outs = np.array(out_tok, dtype=float)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(outs > 1, (tl - tf) / np.maximum(outs - 1, 1), np.nan)
-        if rejected:
-            ttft[rejected] = np.inf
-            tpot[rejected] = np.inf
+        span = loop.span()
         local_sm = sum(w.sm_busy_s for w in pws[:n_local])
         remote_sm = sum(w.sm_busy_s for w in pws[n_local:])
         util = {
@@ -305,8 +275,5 @@ class EPDSimulator:
             "remote_prefill_share": router.remote / max(router.remote + router.local, 1),
             "network_GB": net.bytes_moved / 1e9,
         }
-        return RunResult(
-            rate=rate, ttft=ttft, tpot=tpot, warmup=int(self.warmup * n),
-            rejected=len(rejected), utilisation=util, sim_time_s=span, events=popped + n,
-            wall_s=time.perf_counter() - wall0, extra=extra,
-        )
+        return build_result(rate, loop, t_first, t_last, out_tok, rejected, self.warmup, util,
+                            wall0, extra, load_stats=False)

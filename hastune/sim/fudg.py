@@ -18,16 +18,13 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from heapq import heappop, heappush
-from itertools import count
-
-import numpy as np
+from heapq import heappush
 
 from hastune.cluster import Cluster
 from hastune.config import FuDGConfig
 from hastune.profile import Profile
 from hastune.recipe import SLO
-from hastune.sim.common import Arrivals, build_result
+from hastune.sim.common import EventLoop, build_result, check_gpus, request_lists
 from hastune.sim.decode import DecodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE
 from hastune.sim.instance import InstanceTiming
@@ -35,7 +32,8 @@ from hastune.sim.links import DuplexNetwork
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
 
-ARRIVE, PF_NEXT, PF_DONE, KV_ARRIVE, DEC_WAKE = range(5)
+# event kinds after common.ARRIVE (0), a closed-loop client's next request
+PF_NEXT, PF_DONE, KV_ARRIVE, DEC_WAKE = range(1, 5)
 
 
 def place(cfg: FuDGConfig) -> tuple[list[int], list[int]]:
@@ -69,8 +67,7 @@ class FuDGSimulator:
 
     def __init__(self, profile: Profile, cluster: Cluster, config: FuDGConfig,
                  warmup: float = 0.1, slo: SLO | None = None):
-        if config.gpus > cluster.gpus:
-            raise ValueError(f"config uses {config.gpus} GPUs, the budget is {cluster.gpus}")
+        check_gpus(config, cluster)
         self.profile, self.cluster, self.config, self.warmup = profile, cluster, config, warmup
         fp, fd = place(config)
         self.ptm = [InstanceTiming(profile, config.prefill_tp, config.prefill_pp, cluster, g)
@@ -82,18 +79,10 @@ class FuDGSimulator:
         wall0 = time.perf_counter()
         cfg, cluster = self.config, self.cluster
         per_node = cluster.gpus_per_node
-        n = len(reqs)
-        feed = Arrivals(reqs, rate)
-        arr = feed.times
-        n_open = feed.initial()
-        pre_tok = reqs.prefill_tokens.tolist()
-        enc_tok = reqs.encoder_tokens.tolist()
-        out_tok = reqs.output_tokens.astype(np.int64).tolist()
-        mm = bool((reqs.encoder_tokens > 0).any())
-        t_first = [math.nan] * n
-        t_last = [math.nan] * n
-        src_of = [0] * n
-        rejected: list[int] = []
+        loop = EventLoop(reqs, rate)
+        heap, seq, done = loop.heap, loop.seq, loop.finished
+        pre_tok, enc_tok, out_tok, mm, t_first, t_last, rejected = request_lists(reqs)
+        src_of = [0] * len(reqs)
         net = DuplexNetwork(cluster, cfg.gpus)
         ptm, dtm = self.ptm, self.dtm
         P, D = len(ptm), len(dtm)
@@ -110,14 +99,6 @@ class FuDGSimulator:
         d_node = [t.node for t in dtm]
         gp, gd = ptm[0].gpus, dtm[0].gpus
         kv_bytes = ptm[0].kv_bytes_per_token
-        heap: list[tuple] = []
-        seq = count()
-
-        def done(req: int, t: float) -> None:
-            if feed.closed:
-                nxt = feed.next_after(t)
-                if nxt is not None:
-                    heappush(heap, (nxt[0], PRIO_ARRIVE, next(seq), ARRIVE, nxt[1], None))
 
         def start(k: int, t: float) -> None:
             """Start the next prefill batch on instance k if its first stage is free."""
@@ -202,21 +183,8 @@ class FuDGSimulator:
             p_queue[k].append(r)
             start(k, t)
 
-        i = 0
-        popped = 0
-        t = 0.0
         finished: list[int] = []
-        while True:
-            if i < n_open and (not heap or arr[i] < heap[0][0]
-                               or (arr[i] == heap[0][0] and heap[0][1] >= PRIO_ARRIVE)):
-                t = arr[i]
-                arrive(i, t)
-                i += 1
-                continue
-            if not heap:
-                break
-            t, _, _, kind, a, b = heappop(heap)
-            popped += 1
+        for t, _, _, kind, a, b in loop.events(arrive):
             if kind == DEC_WAKE:
                 dw = dws[a]
                 if b == dw.version:
@@ -254,12 +222,11 @@ class FuDGSimulator:
             else:  # ARRIVE (closed loop)
                 arrive(a, t)
 
-        end = t
-        span = max(end - (arr[0] if n else 0.0), 1e-12)
+        span = loop.span()
         util = {"prefill": sum(p_busy_s) / (P * span),
                 "decode": sum(d.busy_s for d in dws) / (D * span)}
         util["gpus"] = (util["prefill"] * P * gp + util["decode"] * D * gd) / cfg.gpus
         extra = {"network_GB": net.bytes_moved / 1e9,
                  "network_busy_s": net.busy_s}
-        return build_result(rate, arr, t_first, t_last, out_tok, rejected, self.warmup, end,
-                            util, popped + n_open, wall0, extra)
+        return build_result(rate, loop, t_first, t_last, out_tok, rejected, self.warmup, util,
+                            wall0, extra)

@@ -22,22 +22,25 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from heapq import heappop, heappush
-from itertools import count
-
-import numpy as np
+from heapq import heappush
 
 from hastune.cluster import Cluster
 from hastune.config import NoDGConfig
 from hastune.profile import Profile
 from hastune.recipe import SLO
-from hastune.sim.common import Arrivals, build_result
-from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE
+from hastune.sim.common import (
+    ARRIVE,
+    EventLoop,
+    build_result,
+    check_gpus,
+    request_lists,
+)
+from hastune.sim.events import PRIO_DONE
 from hastune.sim.instance import InstanceTiming, ReplicaDecode
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
 
-STEP, ARRIVE = 0, 1
+STEP = 1  # the event kind after common.ARRIVE (0), a closed-loop client's next request
 
 
 class _Replica:
@@ -72,8 +75,7 @@ class NoDGSimulator:
 
     def __init__(self, profile: Profile, cluster: Cluster, config: NoDGConfig,
                  warmup: float = 0.1, slo: SLO | None = None):
-        if config.gpus > cluster.gpus:
-            raise ValueError(f"config uses {config.gpus} GPUs, the budget is {cluster.gpus}")
+        check_gpus(config, cluster)
         self.profile, self.cluster, self.config, self.warmup = profile, cluster, config, warmup
         g = config.instance_gpus
         self.timings = [InstanceTiming(profile, config.tp, config.pp, cluster, first_gpu=i * g)
@@ -82,32 +84,20 @@ class NoDGSimulator:
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()
         cfg = self.config
-        n = len(reqs)
-        feed = Arrivals(reqs, rate)
-        arr = feed.times
-        n_open = feed.initial()
-        pre_tok = reqs.prefill_tokens.tolist()
-        enc_tok = reqs.encoder_tokens.tolist()
-        out_tok = reqs.output_tokens.astype(np.int64).tolist()
-        mm = bool((reqs.encoder_tokens > 0).any())
-        t_first = [math.nan] * n
-        t_last = [math.nan] * n
-        where = [0] * n
-        rejected: list[int] = []
+        loop = EventLoop(reqs, rate)
+        heap, seq = loop.heap, loop.seq
+        pre_tok, enc_tok, out_tok, mm, t_first, t_last, rejected = request_lists(reqs)
+        where = [0] * len(reqs)
         reps = [_Replica(tm) for tm in self.timings]
         for r in reps:
             r.tm.kv_cap = r.tm.kv_cap_mm if mm else r.tm.kv_cap_text
         chunked = cfg.chunk_tokens is not None
         chunk = cfg.chunk_tokens or 0
-        heap: list[tuple] = []
-        seq = count()
+        finished = loop.finished
 
         def done(req: int, t: float) -> None:
             reps[where[req]].inflight -= 1
-            if feed.closed:
-                nxt = feed.next_after(t)
-                if nxt is not None:
-                    heappush(heap, (nxt[0], PRIO_ARRIVE, next(seq), ARRIVE, nxt[1], None))
+            finished(req, t)
 
         def plan(k: int, t: float) -> None:
             rp = reps[k]
@@ -205,20 +195,7 @@ class NoDGSimulator:
                     rp.target = sb
                     heappush(heap, (tb, PRIO_DONE, next(seq), STEP, k, rp.ver))
 
-        i = 0
-        popped = 0
-        t = 0.0
-        while True:
-            if i < n_open and (not heap or arr[i] < heap[0][0]
-                               or (arr[i] == heap[0][0] and heap[0][1] >= PRIO_ARRIVE)):
-                t = arr[i]
-                arrive(i, t)
-                i += 1
-                continue
-            if not heap:
-                break
-            t, _, _, kind, k, ver = heappop(heap)
-            popped += 1
+        for t, _, _, kind, k, ver in loop.events(arrive):
             if kind == ARRIVE:
                 arrive(k, t)
                 continue
@@ -248,8 +225,8 @@ class NoDGSimulator:
                 done(e[1], t)
             plan(k, t)
 
-        end = t
-        span = max(end - (arr[0] if n else 0.0), 1e-12)
+        end = loop.t
+        span = loop.span()
         busy = sum(rp.busy_s + (end - rp.busy_since if rp.active else 0.0) for rp in reps)
         pf_s = sum(rp.prefill_s for rp in reps)
         util = {"replicas": busy / (len(reps) * span),
@@ -258,5 +235,5 @@ class NoDGSimulator:
         extra = {"iterations": float(sum(rp.iters for rp in reps)),
                  "max_iteration_s": max(rp.max_iter for rp in reps),
                  "decode_steps": float(sum(rp.dec.steps_run for rp in reps))}
-        return build_result(rate, arr, t_first, t_last, out_tok, rejected, self.warmup, end,
-                            util, popped + n_open, wall0, extra)
+        return build_result(rate, loop, t_first, t_last, out_tok, rejected, self.warmup, util,
+                            wall0, extra)

@@ -24,24 +24,22 @@ from __future__ import annotations
 
 import math
 import time
-from heapq import heappop, heappush
-from itertools import count
-
-import numpy as np
+from heapq import heappush
 
 from hastune.cluster import Cluster
 from hastune.config import PaDGConfig
 from hastune.policies import Admission, SlackTracker
 from hastune.profile import Profile
 from hastune.recipe import SLO
-from hastune.sim.common import Arrivals, build_result
-from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER
+from hastune.sim.common import ARRIVE, EventLoop, build_result, check_gpus, request_lists
+from hastune.sim.events import PRIO_DONE, PRIO_TIMER
 from hastune.sim.instance import InstanceTiming
 from hastune.sim.padg_state import DECODE, PREFILL, SWITCHING, Inst, Macro
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
 
-ARRIVE, SWITCH, DEC, PF_DONE, PF_NEXT, RETRY, SCALE, READY = range(8)
+# event kinds after common.ARRIVE (0), a closed-loop client's next request
+SWITCH, DEC, PF_DONE, PF_NEXT, RETRY, SCALE, READY = range(1, 8)
 
 
 class PaDGSimulator:
@@ -50,8 +48,7 @@ class PaDGSimulator:
 
     def __init__(self, profile: Profile, cluster: Cluster, config: PaDGConfig,
                  warmup: float = 0.1, slo: SLO | None = None):
-        if config.gpus > cluster.gpus:
-            raise ValueError(f"config uses {config.gpus} GPUs, the budget is {cluster.gpus}")
+        check_gpus(config, cluster)
         if slo is None:
             raise ValueError("padg's admission needs the recipe's SLOs")
         self.profile, self.cluster, self.config, self.slo = profile, cluster, config, slo
@@ -72,16 +69,9 @@ class PaDGSimulator:
         wall0 = time.perf_counter()
         cfg, slo = self.config, self.slo
         n = len(reqs)
-        feed = Arrivals(reqs, rate)
-        arr = feed.times
-        n_open = feed.initial()
-        pre = reqs.prefill_tokens.tolist()
-        enc_tok = reqs.encoder_tokens.tolist()
-        out_tok = reqs.output_tokens.astype(np.int64).tolist()
-        mm = bool((reqs.encoder_tokens > 0).any())
-        t_first = [math.nan] * n
-        t_last = [math.nan] * n
-        rejected: list[int] = []
+        loop = EventLoop(reqs, rate)
+        arr, heap, seq, done = loop.arr, loop.heap, loop.seq, loop.finished
+        pre, enc_tok, out_tok, mm, t_first, t_last, rejected = request_lists(reqs)
         home = [-1] * n        # the instance that admitted each request ...
         decoded_on = [-1] * n  # ... and the one that produced its last token
         refused = [0, 0, 0, 0]  # admission attempts refused by check 1, 2, 3
@@ -103,17 +93,9 @@ class PaDGSimulator:
         adm = Admission(slo.ttft_s)
         status = cfg.status_interval_ms / 1e3
         pp1 = cfg.pp == 1
-        heap: list[tuple] = []
-        seq = count()
 
         def push(t: float, prio: int, kind: int, a: object, b: object = None) -> None:
             heappush(heap, (t, prio, next(seq), kind, a, b))
-
-        def done(r: int, t: float) -> None:
-            if feed.closed:
-                nxt = feed.next_after(t)
-                if nxt is not None:
-                    push(nxt[0], PRIO_ARRIVE, ARRIVE, nxt[1])
 
         def passes(x: Inst, r: int, t: float) -> bool:
             d = x.dec
@@ -303,20 +285,7 @@ class PaDGSimulator:
             scaler = Scaler(self, insts, macros, push, pump)
             push(cfg.scale_interval_s, PRIO_TIMER, SCALE, None)
 
-        i = 0
-        popped = 0
-        t = 0.0
-        while True:
-            if i < n_open and (not heap or arr[i] < heap[0][0]
-                               or (arr[i] == heap[0][0] and heap[0][1] >= PRIO_ARRIVE)):
-                t = arr[i]
-                arrive(i, t)
-                i += 1
-                continue
-            if not heap:
-                break
-            t, _, _, kind, x, b = heappop(heap)
-            popped += 1
+        for t, _, _, kind, x, b in loop.events(arrive):
             if kind == DEC or kind == SWITCH:
                 if b != x.ver:
                     continue
@@ -359,15 +328,14 @@ class PaDGSimulator:
             elif kind == ARRIVE:
                 arrive(x, t)
             elif kind == SCALE:
-                if len(heap) > 0 or i < n_open:
+                if len(heap) > 0 or loop.arrived < loop.n_open:
                     scaler.step(t)  # type: ignore[union-attr]
                     push(t + cfg.scale_interval_s, PRIO_TIMER, SCALE, None)
             elif kind == READY:
                 scaler.ready(x, b, t)  # type: ignore[union-attr]
 
-        end = t
         N = len(insts)
-        span = max(end - (arr[0] if n else 0.0), 1e-12)
+        span = loop.span()
         pf_s = sum(x.prefill_s for x in insts)
         dec_s = sum(x.decode_s for x in insts)
         util = {"prefill": pf_s / (N * span), "decode": dec_s / (N * span)}
@@ -385,5 +353,5 @@ class PaDGSimulator:
                      "decoded_on": decoded_on,
                      "timeline": scaler.timeline if scaler is not None else [],
                      "scaling": scaler.events if scaler is not None else []}
-        return build_result(rate, arr, t_first, t_last, out_tok, rejected, self.warmup, end,
-                            util, popped + n_open, wall0, extra)
+        return build_result(rate, loop, t_first, t_last, out_tok, rejected, self.warmup, util,
+                            wall0, extra)
