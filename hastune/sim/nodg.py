@@ -33,6 +33,7 @@ from hastune.sim.common import (
     EventLoop,
     build_result,
     check_gpus,
+    least_loaded,
     request_lists,
 )
 from hastune.sim.events import PRIO_DONE
@@ -167,12 +168,7 @@ class NoDGSimulator:
                 rp.busy_s += t - rp.busy_since
 
         def arrive(q: int, t: float) -> None:
-            loads = [rp.inflight for rp in reps]
-            k = 0
-            best = loads[0]
-            for j in range(1, len(loads)):
-                if loads[j] < best:
-                    best, k = loads[j], j
+            k = least_loaded([rp.inflight for rp in reps])
             rp = reps[k]
             where[q] = k
             rp.inflight += 1
