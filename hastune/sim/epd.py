@@ -159,6 +159,21 @@ class EPDSimulator:
                 pws[e].outstanding += pre_tok[r]
                 prefill_enqueue(e, r, t)
 
+        def batched(e: int, batch: list[int] | None, t: float) -> None:
+            """Encode worker e's batcher answered at t: queue the batch it let go, or set the
+            worker's timer to the batcher's deadline where that comes before the timer set."""
+            if batch is not None:
+                enc_queue[e].append(batch)
+                if enc_batch[e] is None:
+                    start_encode(e, t)
+                return
+            d = batchers[e].deadline()
+            ta = timer_at[e]
+            if d is not None and (ta is None or d < ta):
+                timer_ver[e] += 1
+                timer_at[e] = d
+                heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
+
         rr_text = 0
         rr = 0
 
@@ -173,19 +188,7 @@ class EPDSimulator:
                 return
             e = rr % n_E
             rr += 1
-            b = batchers[e]
-            batch = b.add(t, r)
-            if batch is not None:
-                enc_queue[e].append(batch)
-                if enc_batch[e] is None:
-                    start_encode(e, t)
-            else:
-                d = b.deadline()
-                ta = timer_at[e]
-                if ta is None or d < ta:
-                    timer_ver[e] += 1
-                    timer_at[e] = d
-                    heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
+            batched(e, batchers[e].add(t, r), t)
 
         for t, _, _, kind, a, b_ in loop.events(arrive):
             if kind == DEC_WAKE:
@@ -244,18 +247,7 @@ class EPDSimulator:
                 if b_ != timer_ver[e]:
                     continue
                 timer_at[e] = None
-                bt = batchers[e]
-                batch = bt.poll(t)
-                if batch is not None:
-                    enc_queue[e].append(batch)
-                    if enc_batch[e] is None:
-                        start_encode(e, t)
-                else:
-                    d = bt.deadline()
-                    if d is not None:
-                        timer_ver[e] += 1
-                        timer_at[e] = d
-                        heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
+                batched(e, batchers[e].poll(t), t)
 
         span = loop.span()
         local_sm = sum(w.sm_busy_s for w in pws[:n_local])
