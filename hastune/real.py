@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hastune.config import EPDConfig, EPDStaticConfig
+from hastune.config import EPDConfig, EPDStaticConfig, NoDGConfig, PaDGConfig
 from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.recipe import Recipe
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet, sample_requests
 
-Config = EPDConfig | EPDStaticConfig
+Config = EPDConfig | EPDStaticConfig | NoDGConfig | PaDGConfig
 
 
 @dataclass
@@ -59,22 +59,23 @@ class RealEvaluation:
         self.vocab = _vocab(recipe.model)
         self._engines: dict[str, object] = {}
 
-    def _engine(self, config: Config):
+    def _engine(self, config: Config, config_path: object = None):
         from runners.engine import Engine, EngineOptions
+        from runners.engine.modes import check_config
 
         key = config.model_dump_json()
         eng = self._engines.get(key)
         if eng is None:
-            if config.architecture not in ("epd", "epd-static"):
-                raise InputError(None, "architecture", f"the engine runs epd and epd-static, "
-                                 f"not {config.architecture!r} yet", "evaluate it with the "
-                                 "simulator (--evaluator sim)")
+            check_config(config, config_path)
+            slo = self.recipe.slo
             try:
                 eng = Engine(config, EngineOptions(model=self.recipe.model,
                                                    device=self.opts.device,
                                                    kv_tokens=self.opts.kv_tokens,
                                                    backend=self.opts.backend,
-                                                   ray_address=self.opts.ray_address)).start()
+                                                   ray_address=self.opts.ray_address,
+                                                   ttft_slo_s=slo.ttft_s,
+                                                   tpot_slo_s=slo.tpot_s)).start()
             except (RuntimeError, ValueError) as exc:
                 raise InputError(self.recipe.path, "model", f"the engine could not start "
                                  f"model {self.recipe.model!r}: {exc}", "use a model the "
@@ -101,7 +102,7 @@ class RealEvaluation:
     def run(self, config: Config, rate: float, config_path: object = None) -> RunResult:
         from runners.engine.load import jobs_from, to_result
 
-        eng = self._engine(config)
+        eng = self._engine(config, config_path)
         jobs, offsets = jobs_from(self.requests_at(rate), rate, self.vocab, self.seed)
         rec = eng.run(jobs, offsets, rate)  # type: ignore[attr-defined]
         return to_result(rec, self.opts.warmup)
@@ -109,9 +110,12 @@ class RealEvaluation:
     def goodput(self, config: Config, config_path: object = None,
                 on_probe: Callable[[Probe], None] | None = None,
                 incumbent: float | None = None) -> GoodputResult:
+        from runners.engine.modes import check_config
+
+        check_config(config, config_path)  # before any probe: tp/pp/mitosis the engine lacks
         start = self.recipe.evaluator.start_rate or self._start_rate(config)
         try:
-            return search_goodput(lambda r: self.run(config, r), self.recipe.slo,
+            return search_goodput(lambda r: self.run(config, r, config_path), self.recipe.slo,
                                   start_rate=start, tolerance=self.opts.tolerance,
                                   max_probes=self.opts.max_probes, on_probe=on_probe,
                                   incumbent=incumbent, min_rate=0.05, max_rate=1e3)

@@ -16,7 +16,8 @@ from hastune.cli.common import dumps, fmt_s
 
 @app.command()
 def serve(
-    config: Path = typer.Argument(..., help="deployment config YAML (epd or epd-static)"),
+    config: Path = typer.Argument(..., help="deployment config YAML (epd, epd-static, nodg "
+                                  "or padg)"),
     recipe: Path | None = typer.Option(None, "--recipe", "-r",
                                        help="drive a load run with this recipe's workload"),
     rate: float = typer.Option(5.0, "--rate", help="arrival rate of the load run (req/s)"),
@@ -41,11 +42,10 @@ def serve(
     from runners.engine import Engine, EngineOptions
     from runners.engine.backend import check
     from runners.engine.load import jobs_from, to_result
+    from runners.engine.modes import check_config
 
     cfg = load_config(config)
-    if cfg.architecture not in ("epd", "epd-static"):
-        raise InputError(config, "architecture", f"the engine runs epd and epd-static, not "
-                         f"{cfg.architecture!r} yet", "use an epd or epd-static config")
+    check_config(cfg, config)
     if rate <= 0 or requests <= 0:
         raise InputError(None, "--rate/--requests", "must be > 0", "give positive values")
     check(backend)
@@ -54,15 +54,19 @@ def serve(
     con = Console(stderr=True, highlight=False)
     t0 = time.perf_counter()
     try:
+        slo = {"ttft_slo_s": rec.slo.ttft_s, "tpot_slo_s": rec.slo.tpot_s} if rec else {}
         eng = Engine(cfg, EngineOptions(model=name, device=device, backend=backend,
-                                        ray_address=ray_address), rate_hint=rate).start()
+                                        ray_address=ray_address, **slo),
+                     rate_hint=rate).start()
     except (RuntimeError, ValueError) as exc:
         raise InputError(config, None, f"the engine could not start model {name!r}: {exc}",
                          "check --model (ref-tiny, ref-small, ref-base, module:factory)") \
             from None
+    workers = (f"{cfg.n_E} encode, {cfg.n_P} prefill, {cfg.n_D} decode workers"
+               if cfg.architecture.startswith("epd") else
+               f"{len(eng.names)} {'replicas' if cfg.architecture == 'nodg' else 'instances'}")
     where = "" if backend == "local" else f" as {backend} actors"
-    con.print(f"engine up: {cfg.architecture} with {cfg.n_E} encode, {cfg.n_P} prefill, "
-              f"{cfg.n_D} decode workers{where}, model {name} on {device} "
+    con.print(f"engine up: {cfg.architecture} with {workers}{where}, model {name} on {device} "
               f"({time.perf_counter() - t0:.1f} s)")
     try:
         if rec is None:
