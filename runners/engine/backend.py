@@ -44,17 +44,20 @@ LOCAL_OBJECT_STORE = 256 * 1024**2
 def context(backend: str = "local", ray_address: str | None = None, *, gpus: float = 0.0,
             cpus: float = 1.0) -> Any:
     """The context the engine starts its workers with."""
-    check(backend)
+    check(backend, ray_address)
     if backend == "local":
         return mp.get_context("spawn")
     return RayContext(ray_address, cpus=cpus, gpus=gpus)
 
 
-def check(backend: str) -> None:
+def check(backend: str, ray_address: str | None = None) -> None:
     """Raise InputError unless `backend` is known and usable here."""
     if backend not in BACKENDS:
         raise InputError(None, "--backend", f"unknown backend {backend!r}",
                          f"use {' or '.join(BACKENDS)}")
+    if ray_address and backend != "ray":
+        raise InputError(None, "--ray-address", f"a Ray address with the {backend} backend",
+                         "add --backend ray, or drop --ray-address")
     if backend == "ray":
         try:
             import ray  # noqa: F401

@@ -27,6 +27,11 @@ def test_an_unknown_backend_names_the_choices():
         backend.context("k8s")
 
 
+def test_a_ray_address_needs_the_ray_backend():
+    with pytest.raises(InputError, match="--ray-address.*add --backend ray"):
+        backend.context("local", "10.0.0.1:6379")
+
+
 def test_ray_missing_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     with pytest.raises(InputError, match=r"needs ray, which is not installed.*pip install"):

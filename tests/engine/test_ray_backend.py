@@ -62,6 +62,17 @@ def test_workers_are_ray_actors_and_every_request_completes(engine):
     assert rec.overhead["decode_model_s"] > 0
 
 
+def test_stamps_from_another_node_are_shifted_onto_the_frontend_clock(engine):
+    p = engine.procs["E0"]
+    assert p.clock_shift == 0.0  # same node: one monotonic clock
+    node = p.ctx.node
+    try:  # as if E0 ran elsewhere: the monotonic→wall offsets are compared (here equal)
+        p.ctx.node, p._shift = "another-node", None
+        assert abs(p.clock_shift) < 0.05
+    finally:
+        p.ctx.node, p._shift = node, None
+
+
 def test_a_killed_worker_actor_fails_its_requests_and_the_rest_finish(engine):
     jobs, offsets = _jobs(60, 15.0, seed=1)
 
