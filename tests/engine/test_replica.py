@@ -109,14 +109,19 @@ def test_a_dead_replica_fails_its_requests_and_the_rest_finish(nodg2):
     assert len(done) > len(jobs) // 2  # after the death, routing skips R0
 
 
-def test_padg_keeps_each_request_on_one_instance_and_alternates_windows():
-    jobs, offsets = _jobs(MIXED, 40, 80.0, seed=2)
+@pytest.fixture(scope="module")
+def padg2():
     # a tight TTFT SLO closes windows early, so rolling activation moves to the next instance
     opts = EngineOptions(model="ref-tiny", drain_timeout_s=60, ttft_slo_s=0.02,
                          tpot_slo_s=0.05)
     with Engine(_padg(2), opts) as eng:
-        rec = eng.run(jobs, offsets, 80.0)
-        mode = eng.mode
+        yield eng
+
+
+def test_padg_keeps_each_request_on_one_instance_and_alternates_windows(padg2):
+    jobs, offsets = _jobs(MIXED, 40, 80.0, seed=2)
+    rec = padg2.run(jobs, offsets, 80.0)
+    mode = padg2.mode
     _complete(rec, jobs)
     rids = [j.rid for j in jobs]
     # the instance that admitted a request prefilled it and produced its last token: no KV
@@ -141,6 +146,27 @@ def test_padg_keeps_each_request_on_one_instance_and_alternates_windows():
     steps = [s for n, _, _, s, _ in sorted(mode.windows, key=lambda w: w[1]) if n == "I0"]
     assert steps == sorted(steps) and steps[-1] > 0
     assert rec.overhead["windows"] == len(mode.windows) >= 2
+
+
+def test_a_dead_padg_instance_fails_what_it_admitted_and_the_other_serves_the_rest(padg2):
+    jobs, offsets = _jobs(MIXED, 60, 60.0, seed=3)
+    killed: list[float] = []
+
+    def kill_later() -> None:
+        time.sleep(offsets[20])
+        padg2.kill("I1")
+        killed.append(time.monotonic())
+
+    threading.Thread(target=kill_later, daemon=True).start()
+    rec = padg2.run(jobs, offsets, 60.0)
+    done = {j.rid for j, last in zip(jobs, rec.last) if last == last}
+    assert done.isdisjoint(rec.failed)
+    assert len(done) + len(rec.failed) == len(jobs), "a request was lost"
+    assert rec.failed and all("I1" in why for why in rec.failed.values())
+    # what waited in the scheduler after the death went to I0, never to I1
+    late = [j.rid for j, t in zip(jobs, rec.arrival) if t > killed[0] + 0.3]
+    assert late and all(padg2.mode.admitted_on.get(r) == "I0" for r in late)
+    assert all(r in done for r in late)
 
 
 @pytest.mark.parametrize("config, field", [
