@@ -148,6 +148,26 @@ class Parametrization:
             out[p.name] = getattr(cfg, p.knob)
         return out
 
+    def distance(self, a: Config, b: Config) -> float:
+        """How far apart two configurations are in the sampler's coordinates: each parameter
+        contributes its difference as a share of its range (ordered lists by position, other
+        categories 0 or 1); different architectures are farther apart than any two of one."""
+        if a.architecture != b.architecture:
+            return float(len(self.params[a.architecture]) + 1)
+        d = 0.0
+        for p in self.params[a.architecture]:
+            va, vb = getattr(a, p.knob), getattr(b, p.knob)
+            if va == vb:
+                continue
+            vals = p.values()
+            ordered = p.kind != "cat" or all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+            if ordered and va in vals and vb in vals and len(vals) > 1:
+                d += abs(vals.index(va) - vals.index(vb)) / (len(vals) - 1)
+            else:
+                d += 1.0
+        return d
+
     # -- scikit-optimize -------------------------------------------------------------------
     def skopt_dims(self) -> list[tuple[str, list[Any]]]:
         """One (name, values) per dimension; values index an Integer dimension."""

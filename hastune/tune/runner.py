@@ -34,7 +34,11 @@ from hastune.tune.storage import fail_dead_trials, open_storage, settle, worker_
 log = logging.getLogger(__name__)
 Config = EPDConfig | EPDStaticConfig
 COMPLETE = optuna.trial.TrialState.COMPLETE
-IDLE_LIMIT = 10  # suggestions in a row that evaluate nothing before a survivor is enqueued
+# Suggestions in a row that evaluate nothing (duplicates, invalid, pruned) before the next
+# unevaluated survivor is enqueued. With pruning the survivors are ranked by bound, so an idle
+# sampler is better replaced soon; without pruning the fall-back is the space's own order (no
+# better than a guess), so the sampler gets longer.
+IDLE_LIMIT = {True: 3, False: 10}
 
 
 @dataclass
@@ -238,6 +242,7 @@ class Tuner:
     def _loop(self, study: optuna.Study, prep: Prepared, skopt: SkoptProposer | None,
               on_trial: Callable[[optuna.trial.FrozenTrial], None] | None) -> None:
         idle = 0
+        limit = IDLE_LIMIT[self.opts.prune]
         while True:
             fail_dead_trials(study)
             evals = evaluated_trials(study)
@@ -248,13 +253,13 @@ class Tuner:
                 return  # every surviving configuration has been evaluated
             waiting = study.get_trials(deepcopy=False,
                                        states=(optuna.trial.TrialState.WAITING,))
-            if skopt is not None and not waiting and idle < IDLE_LIMIT:
+            if skopt is not None and not waiting and idle < limit:
                 params = skopt.propose(study, done)
                 if params is not None:
                     study.enqueue_trial(params)
                 else:
-                    idle = IDLE_LIMIT  # skopt had nothing new: take the next survivor
-            if idle >= IDLE_LIMIT and not study.get_trials(
+                    idle = limit  # skopt had nothing new: take the next survivor
+            if idle >= limit and not study.get_trials(
                     deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
                 nxt = next((d for d in prep.survivors
                             if config_key(parse_config(d)) not in done), None)
@@ -275,6 +280,8 @@ class Tuner:
                     trial.set_user_attr("config", json.loads(key))  # type: ignore[arg-type]
                 study.tell(trial, 0.0)
                 idle += 1
+                if cfg is not None:
+                    self._enqueue_nearest(study, prep, cfg, done)
                 continue
             trial.set_user_attr("key", key)
             if key not in done:  # look again: another worker may have taken it meanwhile
@@ -293,12 +300,33 @@ class Tuner:
                 trial.set_user_attr("key", key)
                 study.tell(trial, done[key])
                 idle += 1
+                self._enqueue_nearest(study, prep, cfg, done)
                 continue
             best = max(done.values(), default=0.0)
             self._evaluate_and_tell(study, trial, cfg, on_trial,
                                     incumbent=best if best > 0 else None)
             idle = 0
 
+
+    def _enqueue_nearest(self, study: optuna.Study, prep: Prepared, cfg: Config,
+                         done: dict[str, float]) -> None:
+        """The sampler asked for a configuration that teaches nothing new (evaluated already,
+        pruned or infeasible): evaluate instead the unevaluated survivor nearest to it — where
+        the sampler wants to look — ties going to the better-ranked survivor. Without this a
+        converged sampler re-proposes its favourites, each proposal a stored trial."""
+        if not self.opts.prune or study.get_trials(
+                deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            return  # without pruning: the plain sampler (a repair made plain TPE worse)
+        best: tuple[float, int] | None = None
+        for rank, d in enumerate(prep.survivors):
+            other = parse_config(d)
+            if config_key(other) in done:
+                continue
+            dist = self.pz.distance(cfg, other)
+            if best is None or dist < best[0]:
+                best = (dist, rank)
+        if best is not None:
+            study.enqueue_trial(self.pz.to_params(parse_config(prep.survivors[best[1]])))
 
     @staticmethod
     def _elsewhere(study: optuna.Study, key: str, number: int) -> tuple[str | None, float]:

@@ -64,3 +64,68 @@ def test_resuming_in_process_adds_only_new_evaluations(small_recipe, tmp_path):
         if t.number in first:
             assert (t.value, t.user_attrs["key"]) == first[t.number]
     assert len({t.user_attrs["key"] for t in evals}) == 9
+
+
+def _lookup_tuner(small_recipe, tmp_path, **kw):
+    """A tuner whose evaluations are a deterministic function of the configuration (fast:
+    these tests check the search loop, not the simulator)."""
+    from hastune.goodput import GoodputResult
+    from hastune.tune.runner import config_key
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    tuner = Tuner(load_recipe(small_recipe), TuneOptions(out=str(tmp_path), storage="memory",
+                                                         **kw))
+
+    def lookup(cfg, config_path=None, on_probe=None, incumbent=None):
+        h = sum(ord(ch) * (i + 1) for i, ch in enumerate(config_key(cfg))) % 997
+        return GoodputResult(1.0 + h / 100, "percentile", 90.0, 0.02)
+
+    tuner.ev.goodput = lookup
+    return tuner
+
+
+def test_warm_start_tries_distinct_allocations_before_variants(small_recipe, tmp_path):
+    tuner = _lookup_tuner(small_recipe, tmp_path, trials=1)
+    study = tuner.open_study()
+    prep = tuner.prepare(study)
+    knobs = ("n_E", "n_P", "n_D")
+    allocs = [tuple(d[k] for k in knobs) for d in prep.survivors]
+    n = len(set(allocs))
+    assert n < len(allocs), "the test needs allocations with several surviving variants"
+    assert len(set(allocs[:n])) == n, "a variant came before some allocation's first"
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    warm = [tuple(t.params.get(k, t.system_attrs.get("fixed_params", {}).get(k))
+                  for k in knobs) for t in waiting]
+    assert len(warm) == len(set(warm)), "the warm start repeated an allocation"
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_repeated_suggestions_are_repaired_not_accumulated(sampler, small_recipe, tmp_path):
+    tuner = _lookup_tuner(small_recipe, tmp_path, trials=30, sampler=sampler, seed=2)
+    study = tuner.open_study()
+    tuner.work(study)
+    evals = evaluated_trials(study)
+    assert len(evals) == min(30, len(tuner.prepared.allowed))
+    # every suggestion that teaches nothing (a duplicate, a pruned point) is followed by an
+    # enqueued survivor, the nearest unevaluated one, instead of by another suggestion
+    trials = sorted(study.get_trials(), key=lambda t: t.number)
+    repeats = [t for t in trials[:-1] if t.user_attrs.get("duplicate")
+               or t.user_attrs.get("reason") in ("pruned", "infeasible")]
+    assert repeats, "the test needs the sampler to have repeated itself"
+    for t in repeats:
+        nxt = trials[t.number + 1]
+        assert "fixed_params" in nxt.system_attrs, (t.number, nxt.user_attrs)
+        assert nxt.user_attrs.get("evaluated"), (t.number, nxt.user_attrs)
+
+
+def test_distance_orders_by_position_and_separates_architectures(small_recipe, tmp_path):
+    from hastune.config import parse_config
+
+    tuner = _lookup_tuner(small_recipe, tmp_path)
+    base = dict(architecture="epd", n_E=1, n_P=1, n_D=2, B=1, s=0.5)
+    a = parse_config(base)
+    near = parse_config({**base, "B": 2})
+    far = parse_config({**base, "B": 8})
+    assert tuner.pz.distance(a, a) == 0.0
+    assert 0 < tuner.pz.distance(a, near) < tuner.pz.distance(a, far)
+    assert tuner.pz.distance(a, near) == tuner.pz.distance(near, a)
