@@ -91,11 +91,14 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--budget", type=int, default=80)
     ap.add_argument("--methods", nargs="*", default=list(METHODS))
+    ap.add_argument("--recipes", nargs="*", default=RECIPES,
+                    help="recipes under examples/ (e.g. ecoserve/a800-llama-sharegpt.yaml, "
+                         "16 GPUs, padg/nodg/fudg in one study)")
     args = ap.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     results: dict[str, list[tuple[int | None, dict[int, float]]]] = {m: [] for m in args.methods}
     t0 = time.perf_counter()
-    for name in RECIPES:
+    for name in args.recipes:
         path = ROOT / "examples" / name
         table = exhaustive(path)
         opt = max(table.values())
@@ -113,7 +116,7 @@ def main() -> None:
                       f" evaluations ({time.perf_counter() - ts:.1f} s)")
     print()
     print(f"{'method':22} {'median evals to 99%':>20} {'best@20':>8} {'best@40':>8} "
-          f"{'best@80':>8}   (over {len(RECIPES)} recipes x {args.seeds} seeds; "
+          f"{'best@80':>8}   (over {len(args.recipes)} recipes x {args.seeds} seeds; "
           f"best@k as % of optimum, median)")
     for m, rows in results.items():
         hits = [h if h is not None else float("inf") for h, _ in rows]
