@@ -3,12 +3,15 @@ admission, importing handed-off KV, bookkeeping, reporting finished requests) as
 model's own decode-step time, measured inside the decode workers under a load run.
 
 Run: OMP_NUM_THREADS=1 python benchmarks/engine_overhead.py [--model ref-small] [--rate 10]
+     [--backend local|ray] [--ray-address ADDR]
 Target for the small default model on CPU: ≤ 10%.
 """
 
 from __future__ import annotations
 
 import argparse
+
+import numpy as np
 
 from hastune.config import EPDConfig
 from hastune.recipe import Workload
@@ -23,6 +26,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=10.0)
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--output-tokens", type=float, default=48.0)
+    ap.add_argument("--backend", default="local", help="local processes or ray actors")
+    ap.add_argument("--ray-address", default=None)
     args = ap.parse_args()
     w = Workload(mix={"image": 0.5, "text": 0.5},
                  modalities={"image": {"scheme": "tokens", "encoder_tokens": 64}},
@@ -32,16 +37,21 @@ def main() -> None:
     cfg = EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=1, B=2, s=0.0)
     from hastune.real import _vocab
 
-    with Engine(cfg, EngineOptions(model=args.model), rate_hint=args.rate) as eng:
+    opts = EngineOptions(model=args.model, backend=args.backend, ray_address=args.ray_address)
+    with Engine(cfg, opts, rate_hint=args.rate) as eng:
         jobs, offsets = jobs_from(reqs, args.rate, _vocab(args.model), 0)
         rec = eng.run(jobs, offsets, args.rate)
     res = to_result(rec, 0.1)
     o = rec.overhead
-    print(f"model {args.model}, epd 1-0-1, {args.requests} requests at {args.rate} req/s: "
+    print(f"model {args.model}, epd 1-0-1, {args.backend} backend, {args.requests} requests "
+          f"at {args.rate} req/s: "
           f"{res.completed} completed, {len(rec.failed)} failed, {rec.wall_s:.1f} s")
     print(f"decode model time {o['decode_model_s']:.2f} s, engine overhead "
           f"{o['decode_overhead_s']:.2f} s: {100 * o['decode_overhead_share']:.1f}% of the "
           "model's step time")
+    ms = {k: (np.nanpercentile(v, 50) * 1e3, np.nanpercentile(v, 90) * 1e3)
+          for k, v in (("TTFT", res.ttft), ("TPOT", res.tpot))}
+    print("; ".join(f"{k} P50 {a:.1f} ms, P90 {b:.1f} ms" for k, (a, b) in ms.items()))
 
 
 if __name__ == "__main__":

@@ -84,15 +84,33 @@ def init_ray(address: str | None = None) -> None:
     address = address or os.environ.get("RAY_ADDRESS") or None
     quiet = {"log_to_driver": False, "logging_level": logging.WARNING}
     if address:
+        _reachable(address)
         try:
             ray.init(address=address, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise InputError(None, "--ray-address", f"cannot connect to a Ray cluster at "
-                             f"{address!r}: {str(exc).splitlines()[0]}", "start one with "
-                             "`ray start --head` and pass the address it prints") from None
+                             f"{address!r}: {str(exc).splitlines()[0]}", "check the address "
+                             "`ray start --head` printed; if the cluster uses token "
+                             "authentication, set RAY_AUTH_MODE=token and its token "
+                             "(RAY_AUTH_TOKEN, `ray get-auth-token`) here too") from None
         return
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, LOCAL_CLUSTER_CPUS),
              object_store_memory=LOCAL_OBJECT_STORE, include_dashboard=False, **quiet)
+
+
+def _reachable(address: str) -> None:
+    """Fail at once on a host:port nobody listens on (ray.init would retry for minutes)."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", "local" and the like: ray.init resolves them
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise InputError(None, "--ray-address", f"nothing answers at {address} ({exc})",
+                         "start the head with `ray start --head` and pass the address it "
+                         "prints (HEAD_IP:6379)") from None
 
 
 _HUB_CLASS: Any = None
