@@ -94,6 +94,7 @@ def init_ray(address: str | None = None) -> None:
                              "authentication, set RAY_AUTH_MODE=token and its token "
                              "(RAY_AUTH_TOKEN, `ray get-auth-token`) here too") from None
         return
+    quiet["logging_level"] = logging.ERROR  # not the notice that local clusters use a token
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, LOCAL_CLUSTER_CPUS),
              object_store_memory=LOCAL_OBJECT_STORE, include_dashboard=False, **quiet)
 
