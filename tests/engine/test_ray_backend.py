@@ -78,6 +78,9 @@ def test_a_killed_worker_actor_fails_its_requests_and_the_rest_finish(engine):
 
     def kill_later() -> None:
         time.sleep(offsets[20])
+        deadline = time.monotonic() + 5
+        while engine.shared.decode_load[0] <= 0 and time.monotonic() < deadline:
+            time.sleep(0.002)  # kill it while it holds requests (its KV reserved, via the hub)
         engine.kill("D0")  # ray.kill on the actor
 
     threading.Thread(target=kill_later, daemon=True).start()
