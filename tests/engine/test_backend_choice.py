@@ -56,3 +56,25 @@ def test_cli_unknown_backend_exits_2(args):
     assert r.returncode == 2
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "--backend" in lines[0] and "use local or ray" in lines[0]
+
+
+@pytest.mark.parametrize("opts, field", [
+    ({"evaluator": "sim", "backend": "ray"}, "--backend"),
+    ({"evaluator": "real", "backend": "ray", "workers": 2}, "--ray-address"),
+])
+def test_tune_checks_the_backend_before_any_work(opts, field, monkeypatch):
+    from hastune.recipe import load_recipe
+    from hastune.tune.runner import TuneOptions, Tuner
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(InputError, match=field):
+        Tuner(load_recipe(REPO / "examples" / "reference-cpu.yaml"), TuneOptions(**opts))
+
+
+def test_the_real_evaluator_takes_the_backend():
+    from hastune.real import RealEvaluation, RealOptions
+    from hastune.recipe import load_recipe
+
+    rec = load_recipe(REPO / "examples" / "reference-cpu.yaml")
+    with pytest.raises(InputError, match="unknown backend"):
+        RealEvaluation(rec, RealOptions(backend="k8s"))
