@@ -27,9 +27,10 @@ def main() -> None:
         app()
     except InputError as exc:
         from rich.console import Console
+        from rich.markup import escape
 
         Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[bold red]error:[/] {exc.message}", markup=True)
+            f"[bold red]error:[/] {escape(exc.message)}", markup=True)  # keeps '[ray]' etc.
         sys.exit(EXIT_INPUT_ERROR)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

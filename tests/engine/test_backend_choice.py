@@ -78,3 +78,16 @@ def test_the_real_evaluator_takes_the_backend():
     rec = load_recipe(REPO / "examples" / "reference-cpu.yaml")
     with pytest.raises(InputError, match="unknown backend"):
         RealEvaluation(rec, RealOptions(backend="k8s"))
+
+
+def test_cli_ray_missing_exits_2_with_the_install_line(tmp_path):
+    (tmp_path / "ray.py").write_text('raise ModuleNotFoundError("No module named ray", '
+                                     'name="ray")\n')  # ray absent, whether installed or not
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "hastune", "serve", str(CONFIG), "--backend",
+                        "ray"], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    assert r.returncode == 2
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "pip install 'hastune[ray]'" in lines[0], r.stderr
