@@ -37,7 +37,7 @@ from hastune.space import SearchSpace, config_key
 from hastune.workload import RequestSet
 
 Config = AnyConfig
-RULES = ("structural", "memory", "zero_load", "equivalent", "capacity")
+RULES = ("structural", "engine", "memory", "zero_load", "equivalent", "capacity")
 
 
 @dataclass
@@ -272,9 +272,12 @@ def _raw_combos(space: SearchSpace, budget: int):
 
 def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace,
           evaluate: Callable[[Config], float] | None = None, probe_top: int = 3,
-          margin: float = 1.25) -> PruneReport:
+          margin: float = 1.25,
+          runnable: Callable[[Config], bool] | None = None) -> PruneReport:
     """Apply the rules in order; `evaluate(config) → goodput` (the simulator) supplies the
-    lower bound from the `probe_top` best-bounded candidates (none: capacity rule skipped)."""
+    lower bound from the `probe_top` best-bounded candidates (none: capacity rule skipped).
+    `runnable` (tuning with the real evaluator: can the engine run it?) removes the rest
+    under the `engine` rule, before anything is probed."""
     b = Bounds(recipe, profile, reqs)
     removed = dict.fromkeys(RULES, 0)
     total = 0
@@ -287,6 +290,9 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
             cfg = parse_config(raw)
         except InputError:
             removed["structural"] += 1
+            continue
+        if runnable is not None and not runnable(cfg):
+            removed["engine"] += 1
             continue
         if not b.memory_ok(cfg):
             removed["memory"] += 1

@@ -122,6 +122,18 @@ class Tuner:
     def feasible(self, cfg: Config) -> bool:
         return self.bounds.memory_ok(cfg)
 
+    @staticmethod
+    def runnable(cfg: Config) -> bool:
+        """Whether the engine can run `cfg` (the real evaluator: one device per worker, so no
+        tp/pp > 1, no mitosis)."""
+        from runners.engine.modes import check_config
+
+        try:
+            check_config(cfg)
+        except InputError:
+            return False
+        return True
+
     def prepare(self, study: optuna.Study,
                 on_trial: Callable[[optuna.trial.FrozenTrial], None] | None = None) -> Prepared:
         """Prune once per study; later calls (resumes, workers) read the stored result."""
@@ -134,7 +146,9 @@ class Tuner:
                 if self.opts.prune:
                     rep = prune(self.recipe, self.ev.profile, self.ev.requests, space,
                                 evaluate=lambda c: self._record(study, c, on_trial),
-                                probe_top=self.opts.probe_top, margin=self.opts.margin)
+                                probe_top=self.opts.probe_top, margin=self.opts.margin,
+                                runnable=self.runnable if self.opts.evaluator == "real"
+                                else None)
                     cands += [(c.bound, c.config) for c in rep.kept]
                     for r, n in rep.removed.items():
                         report["rules"][r] += n
@@ -143,7 +157,9 @@ class Tuner:
                 else:
                     for c in space.configs(self.recipe.cluster.gpus):
                         report["total"] += 1
-                        if self.feasible(c):
+                        if self.opts.evaluator == "real" and not self.runnable(c):
+                            report["rules"]["engine"] += 1
+                        elif self.feasible(c):
                             cands.append((0.0, c))
                         else:
                             report["rules"]["memory"] += 1
