@@ -220,7 +220,22 @@ class RayContext:
                 name: str | None = None, daemon: bool | None = None) -> ActorProcess:
         p = ActorProcess(self, target, tuple(args), dict(kwargs or {}), name)
         self.procs.append(p)
+        self._fits(len(self.procs))
         return p
+
+    def _fits(self, n: int) -> None:
+        """Refuse at once a worker the whole cluster could never place (Ray would leave it
+        pending until the engine's start timeout)."""
+        import ray
+
+        have = ray.cluster_resources()
+        for res, each in (("CPU", self.cpus), ("GPU", self.gpus)):
+            if each and n * each > have.get(res, 0.0) + 1e-9:
+                self.close()  # the workers started so far
+                raise RuntimeError(
+                    f"the Ray cluster has {have.get(res, 0.0):g} {res}s in all; {n} workers "
+                    f"with {each:g} each do not fit (add nodes, or start them with more "
+                    f"--num-{res.lower()}s)")
 
     def close(self) -> None:
         """Kill every worker actor and the hub (the Ray connection stays for the next

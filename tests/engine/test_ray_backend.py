@@ -73,6 +73,14 @@ def test_stamps_from_another_node_are_shifted_onto_the_frontend_clock(engine):
         p.ctx.node, p._shift = node, None
 
 
+def test_workers_the_cluster_cannot_place_are_refused_at_once(cluster):
+    big = EngineOptions(model="ref-tiny", backend="ray", threads=3)  # 4 workers × 3 CPUs > 8
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="8 CPUs in all; 3 workers with 3 each do not fit"):
+        Engine(CONFIG, big).start()
+    assert time.monotonic() - t0 < 10
+
+
 def test_a_killed_worker_actor_fails_its_requests_and_the_rest_finish(engine):
     jobs, offsets = _jobs(60, 15.0, seed=1)
 
