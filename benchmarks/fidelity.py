@@ -2,7 +2,8 @@
 
 1. Profiles the reference model here (`hastune profile --model ref-small --device cpu
    --threads 1`, one thread per worker, as the engine runs them; cached in benchmarks/.cache).
-2. For 4 deployments of benchmarks/fidelity-recipe.yaml and 3 rates each (30 / 60 / 85% of the
+2. For 4 deployments (epd ×2, nodg, padg; two worker processes each) of
+   benchmarks/fidelity-recipe.yaml and 3 rates each (30 / 60 / 85% of the
    simulated goodput), runs the simulator and the engine on the same requests and compares
    P90 TTFT and P90 TPOT; then compares the goodputs (real: the same search, 10% tolerance).
 
@@ -20,14 +21,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hastune.config import EPDConfig, EPDStaticConfig
+from hastune.config import EPDConfig, EPDStaticConfig, NoDGConfig, PaDGConfig
 from hastune.evaluate import Evaluation
 from hastune.real import RealEvaluation, RealOptions
 from hastune.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
+# At most two worker processes each: one per core of a 2-core machine, as the simulator
+# assumes one device per worker (three processes on two cores time-share, which it does not
+# model). `--configs all` adds the three-worker ones.
 CONFIGS = [
-    EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=1, B=2, s=0.0),
+    EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=1, B=1, s=0.0),
+    EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=1, B=4, s=0.0),
+    NoDGConfig(architecture="nodg", replicas=2, tp=1, pp=1),
+    PaDGConfig(architecture="padg", instances=2, tp=1, pp=1, n_upper=2),
+]
+THREE_WORKERS = [
     EPDConfig(architecture="epd", n_E=1, n_P=1, n_D=1, B=2, s=0.5),
     EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=2, B=4, s=0.0),
     EPDStaticConfig(architecture="epd-static", n_E=1, n_P=1, n_D=1, batch=2, timeout_ms=10),
@@ -39,6 +48,10 @@ def err(sim: float, real: float) -> float:
 
 
 def name(c) -> str:
+    if c.architecture == "nodg":
+        return f"nodg {c.replicas} replicas chunk={c.chunk_tokens}"
+    if c.architecture == "padg":
+        return f"padg {c.instances} instances"
     knobs = f"B={c.B} s={c.s}" if c.architecture == "epd" else f"batch={c.batch}"
     return f"{c.architecture} {c.n_E}-{c.n_P}-{c.n_D} {knobs}"
 
@@ -48,6 +61,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=150)
     ap.add_argument("--no-goodput", action="store_true")
     ap.add_argument("--fresh", action="store_true", help="re-profile")
+    ap.add_argument("--configs", choices=("two-worker", "all"), default="two-worker")
     args = ap.parse_args()
     prof = ROOT / "benchmarks" / ".cache" / "ref-small-1thread.yaml"
     if args.fresh or not prof.exists():
@@ -62,7 +76,7 @@ def main() -> None:
     rows, gp_rows = [], []
     print(f"{'config':28} {'rate':>6} {'TTFT sim':>9} {'real':>8} {'err':>6} "
           f"{'TPOT sim':>9} {'real':>8} {'err':>6}")
-    for cfg in CONFIGS:
+    for cfg in CONFIGS + (THREE_WORKERS if args.configs == "all" else []):
         g_sim = sim.goodput(cfg)
         for frac in (0.3, 0.6, 0.85):
             rate = round(frac * g_sim.goodput_rps, 3)
