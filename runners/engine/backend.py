@@ -232,10 +232,10 @@ class RayContext:
         for res, each in (("CPU", self.cpus), ("GPU", self.gpus)):
             if each and n * each > have.get(res, 0.0) + 1e-9:
                 self.close()  # the workers started so far
-                raise RuntimeError(
-                    f"the Ray cluster has {have.get(res, 0.0):g} {res}s in all; {n} workers "
-                    f"with {each:g} each do not fit (add nodes, or start them with more "
-                    f"--num-{res.lower()}s)")
+                raise InputError(None, "--ray-address", f"the Ray cluster has "
+                                 f"{have.get(res, 0.0):g} {res}s in all; {n} workers with "
+                                 f"{each:g} each do not fit", "add nodes, start them with "
+                                 f"more --num-{res.lower()}s, or use a smaller config")
 
     def close(self) -> None:
         """Kill every worker actor and the hub (the Ray connection stays for the next

@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
 
 from hastune.config import EPDConfig  # noqa: E402
+from hastune.errors import InputError  # noqa: E402
 from hastune.recipe import Workload  # noqa: E402
 from hastune.workload import sample_requests  # noqa: E402
 from runners.engine import Engine, EngineOptions  # noqa: E402
@@ -76,7 +77,7 @@ def test_stamps_from_another_node_are_shifted_onto_the_frontend_clock(engine):
 def test_workers_the_cluster_cannot_place_are_refused_at_once(cluster):
     big = EngineOptions(model="ref-tiny", backend="ray", threads=3)  # 4 workers × 3 CPUs > 8
     t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match="8 CPUs in all; 3 workers with 3 each do not fit"):
+    with pytest.raises(InputError, match="8 CPUs in all; 3 workers with 3 each do not fit"):
         Engine(CONFIG, big).start()
     assert time.monotonic() - t0 < 10
 
