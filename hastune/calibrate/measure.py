@@ -167,7 +167,6 @@ class Device:
         if not self.is_cuda:
             torch.set_num_threads(self.threads)
         self._green: Any = None
-        self._contexts: dict[int, Any] = {}  # SM count → green context (made once each)
         self.share_kind = "none"
         self.shares: list[float] = []
         if self.is_cuda:
@@ -179,15 +178,12 @@ class Device:
             self.share_kind = "threads"
 
     def _setup_green(self) -> None:
-        torch = self.torch
-        try:
-            from torch.cuda.green_contexts import SUPPORTED, GreenContext
-        except ImportError:
+        from hastune.calibrate.green import GreenContexts
+
+        self._green, _why = GreenContexts.probe(self.torch, self.spec)
+        if self._green is None:
             return
-        if not SUPPORTED:
-            return
-        self.sms = torch.cuda.get_device_properties(self.spec).multi_processor_count
-        self._green = GreenContext
+        self.sms = self._green.sms
         self.shares = [0.1, 0.2, 0.3, 0.5, 0.7, 0.9]
         self.share_kind = "green contexts"
 
@@ -223,11 +219,8 @@ class Device:
             finally:
                 self.torch.set_num_threads(self.threads)
         else:  # work goes on a stream of a green context holding n of the GPU's SMs
-            n = max(1, round(f * self.sms))
-            if n not in self._contexts:
-                idx = self.torch.device(self.spec).index or 0
-                self._contexts[n] = self._green.create(num_sms=n, device_id=idx)
-            stream = self._contexts[n].Stream()
+            n = self._green.count(f)  # rounded onto the driver's SM grid, contexts cached
+            stream = self._green.stream(n)
             with self.torch.cuda.stream(stream):
                 yield n / self.sms
             self.sync()
