@@ -27,6 +27,7 @@ from runners.engine.messages import (
     EV_FAILED,
     EV_FIRST,
     EV_READY,
+    EV_SPLIT,
     EV_STEP,
     STOP,
     Job,
@@ -63,6 +64,9 @@ class RunRecord:
     failed: dict[int, str] = field(default_factory=dict)
     overhead: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
+    # epd: how each encode worker split its device with its local prefill
+    # (runners/engine/partition.py: sm_split "green contexts" | "threads" | "none", shares used)
+    sm_split: dict[str, dict] = field(default_factory=dict)
 
 
 class Engine:
@@ -75,6 +79,7 @@ class Engine:
         self.inboxes: dict[str, Any] = {}
         self.started = False
         self.mode: Any = None  # nodg / padg: routes requests and reads what replicas report
+        self.sm_split: dict[str, dict] = {}  # encode worker → its last DevicePartition report
 
     # -- life cycle ---------------------------------------------------------------------
     def start(self) -> Engine:
@@ -124,11 +129,13 @@ class Engine:
                     self.stop()
                     raise RuntimeError(f"worker {n} exited while loading (code {p.exitcode})")
             try:
-                kind, _, name, _, _ = self.events.get(timeout=0.5)
+                kind, _, name, _, extra = self.events.get(timeout=0.5)
             except queue.Empty:
                 continue
             if kind == EV_READY:
                 ready.add(name)
+                if isinstance(extra, dict):
+                    self.sm_split[name] = extra
         self.started = True
         self._static = static
         return self
@@ -236,6 +243,9 @@ class Engine:
             if kind == EV_STEP:
                 overhead[name] = (extra[0], extra[1])
                 continue
+            if kind == EV_SPLIT:
+                self.sm_split[name] = extra
+                continue
             if rid not in index or rid in failed:
                 continue
             k = index[rid]
@@ -271,4 +281,4 @@ class Engine:
                          {"decode_model_s": model_s, "decode_overhead_s": over_s,
                           "decode_overhead_share": over_s / model_s if model_s else 0.0,
                           **(self.mode.extra() if self.mode is not None else {})},
-                         time.monotonic() - wall0)
+                         time.monotonic() - wall0, dict(self.sm_split))

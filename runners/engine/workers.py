@@ -26,6 +26,7 @@ from runners.engine.messages import (
     EV_ENCODED,
     EV_FIRST,
     EV_READY,
+    EV_SPLIT,
     EV_STEP,
     STOP,
     Job,
@@ -138,11 +139,19 @@ def prefill_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
 def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
                 prefill_inboxes: list, prefill_names: list[str], decode_inboxes: list,
                 decode_names: list[str], shared: Shared) -> None:
-    from hastune.policies import DeficitRouter, PoissonGapBatcher, TimeoutBatcher
+    from hastune.policies import DeficitRouter, PoissonGapBatcher, SMPartitioner, TimeoutBatcher
+    from runners.engine.partition import DevicePartition
 
     model = _setup(opts)
     cfg = opts["config"]
     static = cfg["architecture"] == "epd-static"
+    import torch
+
+    # encoder and local prefill: SM split (green contexts) on CUDA, threads on CPU
+    part = DevicePartition.open(torch, opts.get("device", "cpu"), opts.get("threads", 1),
+                                None if static else SMPartitioner(
+                                    budget=cfg.get("sm_budget", 0.2)),
+                                local_prefill=not static)
     if static:
         batcher: Any = TimeoutBatcher(cfg.get("batch", 4), cfg.get("timeout_ms", 20.0) / 1e3)
     else:
@@ -161,12 +170,14 @@ def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
                 job = local_q.get()
                 if job == STOP:
                     return
-                local.run(local.take(job, local_q))
+                batch = local.take(job, local_q)
+                with part.prefilling():
+                    local.run(batch)
 
         local_thread = threading.Thread(target=local_loop, name=f"{name}-local-prefill",
                                         daemon=True)
         local_thread.start()
-    events.put((EV_READY, -1, name, time.monotonic(), None))
+    events.put((EV_READY, -1, name, time.monotonic(), part.report()))
 
     def route(job: Job, t: float) -> None:
         remote = bool(prefill_names) and router.route()
@@ -185,9 +196,12 @@ def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
         prefill_inboxes[p].put(job)
 
     def encode(batch: list[Job]) -> None:
-        payloads = [model.example_payload(j.modality, j.payload_size, seed=j.rid) for j in batch]
-        embs = model.encode(payloads)
+        with part.encoding(len(batch)):
+            payloads = [model.example_payload(j.modality, j.payload_size, seed=j.rid)
+                        for j in batch]
+            embs = model.encode(payloads)
         t = time.monotonic()
+        events.put((EV_SPLIT, -1, name, t, part.report()))  # shares and counts so far
         for j, e in zip(batch, embs):
             j.embeddings = e
             route(j, t)

@@ -40,6 +40,9 @@ def test_load_run_loses_nothing(config):
     assert res.completed == 40 and (res.ttft > 0).all()
     assert res.summary(SLO(ttft_s=10, tpot_s=1))["slo_met"]
     assert rec.overhead["decode_model_s"] >= 0
+    split = rec.sm_split["E0"]  # on CPU the encoder and its local prefill are two threads
+    assert split["sm_split"] == "threads" and split["encodes"] >= 1
+    assert split["prefill_threads"] == (0 if config.architecture == "epd-static" else 1)
 
 
 def test_a_dead_worker_fails_its_requests_and_the_rest_finish():
