@@ -89,11 +89,12 @@ class EventLoop:
     event's priority is PRIO_ARRIVE or later. Closed-loop arrivals after those come through the
     heap as ARRIVE events (`finished`).
 
-    Simulators push onto `heap` with `next(seq)` directly (no check that t ≥ now). After the
-    loop, `t` is the time of the last thing that happened and `popped` the heap events taken;
-    during it, `arrived` counts the pre-computed arrivals seen so far."""
+    `closed`: whether requests come from closed-loop clients. Simulators push onto `heap` with
+    `next(seq)` directly (no check that t ≥ now). After the loop, `t` is the time of the last
+    thing that happened and `popped` the heap events taken; during it, `arrived` counts the
+    pre-computed arrivals seen so far."""
 
-    __slots__ = ("heap", "seq", "arr", "n_open", "feed", "arrived", "t", "popped")
+    __slots__ = ("heap", "seq", "arr", "n_open", "feed", "closed", "arrived", "t", "popped")
 
     def __init__(self, reqs: RequestSet, rate: float, closed_loop: bool = True):
         self.heap: list[tuple] = []
@@ -101,10 +102,12 @@ class EventLoop:
         if closed_loop:
             feed = Arrivals(reqs, rate)
             self.feed: Arrivals | None = feed
+            self.closed = feed.closed
             self.arr = feed.times
             self.n_open = feed.initial()
         else:
             self.feed = None
+            self.closed = False
             self.arr = reqs.arrivals(rate).tolist()
             self.n_open = len(self.arr)
         self.arrived = 0
@@ -119,9 +122,8 @@ class EventLoop:
     def finished(self, r: int, t: float) -> None:
         """Request r completed (or was rejected) at t: in closed loop its client sends its
         next request, an ARRIVE event on the heap."""
-        feed = self.feed
-        if feed is not None and feed.closed:
-            nxt = feed.next_after(t)
+        if self.closed:
+            nxt = self.feed.next_after(t)  # type: ignore[union-attr]
             if nxt is not None:
                 heappush(self.heap, (nxt[0], PRIO_ARRIVE, next(self.seq), ARRIVE, nxt[1], None))
 
@@ -133,19 +135,27 @@ class EventLoop:
         popped = 0
         t = 0.0
         while True:
-            if i < n_open and (not heap or arr[i] < heap[0][0]
-                               or (arr[i] == heap[0][0] and heap[0][1] >= PRIO_ARRIVE)):
+            if heap:
+                ev = heap[0]
+                if i < n_open:
+                    ta = arr[i]
+                    if ta < ev[0] or (ta == ev[0] and ev[1] >= PRIO_ARRIVE):
+                        t = ta
+                        arrive(i, t)
+                        i += 1
+                        self.arrived = i
+                        continue
+                heappop(heap)  # ev
+                popped += 1
+                t = ev[0]
+                yield ev
+            elif i < n_open:
                 t = arr[i]
                 arrive(i, t)
                 i += 1
                 self.arrived = i
-                continue
-            if not heap:
+            else:
                 break
-            ev = heappop(heap)
-            popped += 1
-            t = ev[0]
-            yield ev
         self.t = t
         self.popped = popped
 

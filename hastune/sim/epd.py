@@ -159,21 +159,6 @@ class EPDSimulator:
                 pws[e].outstanding += pre_tok[r]
                 prefill_enqueue(e, r, t)
 
-        def batched(e: int, batch: list[int] | None, t: float) -> None:
-            """Encode worker e's batcher answered at t: queue the batch it let go, or set the
-            worker's timer to the batcher's deadline where that comes before the timer set."""
-            if batch is not None:
-                enc_queue[e].append(batch)
-                if enc_batch[e] is None:
-                    start_encode(e, t)
-                return
-            d = batchers[e].deadline()
-            ta = timer_at[e]
-            if d is not None and (ta is None or d < ta):
-                timer_ver[e] += 1
-                timer_at[e] = d
-                heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
-
         rr_text = 0
         rr = 0
 
@@ -188,7 +173,19 @@ class EPDSimulator:
                 return
             e = rr % n_E
             rr += 1
-            batched(e, batchers[e].add(t, r), t)
+            b = batchers[e]
+            batch = b.add(t, r)
+            if batch is not None:
+                enc_queue[e].append(batch)
+                if enc_batch[e] is None:
+                    start_encode(e, t)
+            else:
+                d = b.deadline()
+                ta = timer_at[e]
+                if ta is None or d < ta:
+                    timer_ver[e] += 1
+                    timer_at[e] = d
+                    heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
 
         for t, _, _, kind, a, b_ in loop.events(arrive):
             if kind == DEC_WAKE:
@@ -247,7 +244,18 @@ class EPDSimulator:
                 if b_ != timer_ver[e]:
                     continue
                 timer_at[e] = None
-                batched(e, batchers[e].poll(t), t)
+                bt = batchers[e]
+                batch = bt.poll(t)
+                if batch is not None:
+                    enc_queue[e].append(batch)
+                    if enc_batch[e] is None:
+                        start_encode(e, t)
+                else:
+                    d = bt.deadline()
+                    if d is not None:
+                        timer_ver[e] += 1
+                        timer_at[e] = d
+                        heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
 
         span = loop.span()
         local_sm = sum(w.sm_busy_s for w in pws[:n_local])

@@ -24,7 +24,7 @@ from hastune.cluster import Cluster
 from hastune.config import FuDGConfig
 from hastune.profile import Profile
 from hastune.recipe import SLO
-from hastune.sim.common import EventLoop, build_result, check_gpus, least_loaded, request_lists
+from hastune.sim.common import EventLoop, build_result, check_gpus, request_lists
 from hastune.sim.decode import DecodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE
 from hastune.sim.instance import InstanceTiming
@@ -171,7 +171,11 @@ class FuDGSimulator:
                 t_first[r] = t_last[r] = math.inf
                 done(r, t)
                 return
-            k = least_loaded(p_outstanding)
+            k = 0
+            best = p_outstanding[0]
+            for j in range(1, P):
+                if p_outstanding[j] < best:
+                    best, k = p_outstanding[j], j
             if pre_tok[r] > p_cap[k]:
                 k = max(range(P), key=lambda j: p_cap[j])
             src_of[r] = k

@@ -33,7 +33,6 @@ from hastune.sim.common import (
     EventLoop,
     build_result,
     check_gpus,
-    least_loaded,
     request_lists,
 )
 from hastune.sim.events import PRIO_DONE
@@ -94,11 +93,12 @@ class NoDGSimulator:
             r.tm.kv_cap = r.tm.kv_cap_mm if mm else r.tm.kv_cap_text
         chunked = cfg.chunk_tokens is not None
         chunk = cfg.chunk_tokens or 0
-        finished = loop.finished
+        closed, finished = loop.closed, loop.finished
 
         def done(req: int, t: float) -> None:
             reps[where[req]].inflight -= 1
-            finished(req, t)
+            if closed:
+                finished(req, t)
 
         def plan(k: int, t: float) -> None:
             rp = reps[k]
@@ -168,7 +168,12 @@ class NoDGSimulator:
                 rp.busy_s += t - rp.busy_since
 
         def arrive(q: int, t: float) -> None:
-            k = least_loaded([rp.inflight for rp in reps])
+            loads = [rp.inflight for rp in reps]
+            k = 0
+            best = loads[0]
+            for j in range(1, len(loads)):
+                if loads[j] < best:
+                    best, k = loads[j], j
             rp = reps[k]
             where[q] = k
             rp.inflight += 1
