@@ -2,8 +2,9 @@
 
 - encode (`E<i>`): micro-batches with the shared Poisson-gap (epd) or timeout (epd-static)
   batcher, encodes, and routes each prompt with the shared deficit router: to its co-resident
-  local prefill (a thread of the same process; on CPU the two share the cores as threads, the
-  analogue of an SM split) or to the remote prefill worker with the fewest outstanding tokens;
+  local prefill (a thread of the same process; on CUDA the two get disjoint SM groups through
+  green contexts, on CPU they share the cores as threads: runners/engine/partition.py) or to
+  the remote prefill worker with the fewest outstanding tokens;
 - prefill (`P<i>`, and each encode worker's local prefill): batches prompts up to a token
   budget, runs them, reports the first token, and hands the KV to the decode worker with the
   least KV reserved;
