@@ -75,7 +75,7 @@ class GreenContexts:
             return None, f"torch {torch.__version__} was built without green-context support"
         try:
             gc = cls(torch, spec, GreenContext)
-            gc.context(sm_granularity(gc.major)[0])  # driver < 12.8 or MIG fail here
+            gc.stream(sm_granularity(gc.major)[0])  # old driver, MIG, no .Stream(): fail here
         except Exception as exc:  # noqa: BLE001 — a probe: any failure means "not here"
             return None, f"green contexts unavailable: {exc}"
         return gc, ""

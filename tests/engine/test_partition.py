@@ -228,6 +228,16 @@ def test_a_driver_that_refuses_green_contexts_falls_back_to_none(green_module):
     assert part.kind == NONE and "driver too old" in part.report()["why"]
 
 
+def test_a_torch_whose_green_contexts_have_no_streams_falls_back_to_none(green_module):
+    class Old(FakeContext):  # older torch: make_current / pop_current only
+        Stream = None
+
+    green_module.GreenContext = types.SimpleNamespace(
+        create=lambda *, num_sms, device_id: Old(num_sms))
+    part = DevicePartition.open(FakeTorch(), "cuda", 1, SMPartitioner(None))
+    assert part.kind == NONE and "unavailable" in part.why
+
+
 def test_too_few_sms_for_two_groups_falls_back_to_none(green_module):
     part = DevicePartition.open(FakeTorch(sms=12, major=9), "cuda", 1, SMPartitioner(None))
     assert part.kind == NONE and "two groups" in part.why
