@@ -58,7 +58,10 @@ def exhaustive(recipe_path: Path) -> dict[str, float]:
     if cache.exists():
         return json.loads(cache.read_text())
     tuner = Tuner(rec, TuneOptions(storage="memory"))
-    cfgs = [c for sp in tuner.spaces.values() for c in sp.configs(rec.cluster.gpus)]
+    # what the tuner can ever evaluate: with or without pruning, memory-infeasible configs are
+    # never run (as in `hastune grid --no-prune`)
+    cfgs = [c for sp in tuner.spaces.values() for c in sp.configs(rec.cluster.gpus)
+            if tuner.feasible(c)]
     t0 = time.perf_counter()
     dicts = [json.loads(config_key(c)) for c in cfgs]
     with get_context("spawn").Pool(2) as pool:

@@ -21,6 +21,9 @@ class InputError(Exception):
         self.fix = fix
         super().__init__(self.message)
 
+    def __reduce__(self):  # raised in a worker process, re-raised whole in the parent
+        return (type(self), (self.file, self.field, self.problem, self.fix))
+
     @property
     def message(self) -> str:
         where = ": ".join(x for x in (self.file, self.field) if x) or "<input>"

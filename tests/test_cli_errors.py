@@ -167,3 +167,16 @@ def test_multi_gpu_profile_is_refused_for_epd(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "qwen2-72b.yaml" in r.stderr and "tp" in r.stderr and "Fix:" in r.stderr
+
+
+def test_input_error_survives_a_process_boundary():
+    """A worker process (hastune grid --workers, multiprocessing pools) re-raises it whole in
+    the parent; an unpicklable error hung the pool's result thread instead."""
+    import pickle
+
+    from hastune.errors import InputError
+
+    e = InputError("r.yaml", "cluster.gpus", "must be ≥ 1 (got -2)", "give a GPU count")
+    back = pickle.loads(pickle.dumps(e))
+    assert isinstance(back, InputError) and str(back) == str(e)
+    assert (back.file, back.field, back.fix) == ("r.yaml", "cluster.gpus", "give a GPU count")
