@@ -90,7 +90,8 @@ class Parametrization:
 
     def narrowed(self, configs: list[Config]) -> Parametrization:
         """The same parametrization on the smallest box holding `configs` (pruning's
-        survivors): fewer suggestions land on pruned configurations. An architecture with no
+        survivors) in its ranges (lists stay whole): fewer suggestions land on pruned
+        configurations. An architecture with no
         configuration left keeps its space (parameter names must not change mid-study)."""
         spaces: dict[str, SearchSpace] = {}
         for arch, sp in self.spaces.items():
@@ -102,7 +103,9 @@ class Parametrization:
             for k, v in sp.params.items():
                 vals = [getattr(c, k) for c in mine]
                 if isinstance(v, list):
-                    params[k] = [x for x in v if x in vals]
+                    # a list is kept whole: narrowing it would change a categorical
+                    # parameter's choices (or its kind) within the study, which optuna refuses
+                    params[k] = v
                 else:
                     params[k] = {"low": min(vals), "high": max(vals)}
             spaces[arch] = sp.model_copy(update={"params": SearchSpace.model_validate(

@@ -129,3 +129,18 @@ def test_distance_orders_by_position_and_separates_architectures(small_recipe, t
     assert tuner.pz.distance(a, a) == 0.0
     assert 0 < tuner.pz.distance(a, near) < tuner.pz.distance(a, far)
     assert tuner.pz.distance(a, near) == tuner.pz.distance(near, a)
+
+
+def test_multi_architecture_study_survives_narrowing(tmp_path):
+    """Pruning removes some tp / pp values; narrowing the parametrization to the survivors
+    must not change a categorical parameter's choices mid-study (optuna refuses that)."""
+    from pathlib import Path
+
+    recipe = (Path(__file__).resolve().parents[2] / "examples" / "ecoserve"
+              / "a800-llama-sharegpt.yaml")
+    tuner = _lookup_tuner(recipe, tmp_path, trials=12, seed=0)
+    study = tuner.open_study()
+    tuner.work(study)
+    evals = evaluated_trials(study)
+    assert len(evals) == 12
+    assert {t.user_attrs["config"]["architecture"] for t in evals} >= {"padg", "nodg"}
