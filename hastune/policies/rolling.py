@@ -5,7 +5,10 @@ its window, so the instances' prefill phases are staggered and one is always rea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+M = TypeVar("M")
 
 
 class RollingActivation:
@@ -43,3 +46,23 @@ class RollingActivation:
             self.cursor -= 1
         if self.cursor >= len(self.members):
             self.cursor = 0
+
+
+def pick_macro(macros: Sequence[M], size: Callable[[M], int]) -> M | None:
+    """The macro-instance a new request joins: smooth weighted round robin over `size(m)`
+    (instances, or live ones), preferring one where nobody waits (`m.queue` empty). Each
+    macro-instance carries its running weight in `m.cw`. None when every size is 0."""
+    total, best = 0.0, None
+    for m in macros:
+        w = size(m)
+        if w == 0:
+            continue
+        total += w
+        m.cw += w  # type: ignore[attr-defined]
+        q: Any = m.queue  # type: ignore[attr-defined]
+        if best is None or (not q and best.queue) or (  # type: ignore[attr-defined]
+                bool(q) == bool(best.queue) and m.cw > best.cw):  # type: ignore[attr-defined]
+            best = m
+    if best is not None:
+        best.cw -= total  # type: ignore[attr-defined]
+    return best

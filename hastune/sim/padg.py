@@ -29,6 +29,7 @@ from heapq import heappush
 from hastune.cluster import Cluster
 from hastune.config import PaDGConfig
 from hastune.policies import Admission, SlackTracker
+from hastune.policies.rolling import pick_macro as pick_macro_wrr
 from hastune.profile import Profile
 from hastune.recipe import SLO
 from hastune.sim.common import ARRIVE, EventLoop, build_result, check_gpus, request_lists
@@ -222,19 +223,7 @@ class PaDGSimulator:
         def pick_macro() -> Macro:
             if len(macros) == 1:
                 return macros[0]
-            total = 0.0
-            best = None
-            for m in macros:
-                w = len(m.rolling.members)
-                if w == 0:
-                    continue
-                total += w
-                m.cw += w
-                if best is None or (not m.queue and best.queue) or (
-                        bool(m.queue) == bool(best.queue) and m.cw > best.cw):
-                    best = m
-            best.cw -= total  # type: ignore[union-attr]
-            return best  # type: ignore[return-value]
+            return pick_macro_wrr(macros, lambda m: len(m.rolling.members))  # type: ignore
 
         def arrive(r: int, t: float) -> None:
             if need[r] > cap:

@@ -26,6 +26,7 @@ from typing import Any
 
 from hastune.errors import InputError
 from hastune.policies import Admission, RollingActivation, SlackTracker
+from hastune.policies.rolling import pick_macro
 from runners.engine.messages import (
     EV_DONE,
     EV_ENCODED,
@@ -299,20 +300,9 @@ class PaDGMode(_Mode):
         return [k for k in m.rolling.members if self.alive(k)]
 
     def _pick_macro(self) -> _Macro | None:
-        """Smooth weighted round robin over live sizes, preferring one with nobody waiting."""
-        total, best = 0.0, None
-        for m in self.macros:
-            w = len(self._live(m))
-            if w == 0:
-                continue
-            total += w
-            m.cw += w
-            if best is None or (not m.queue and best.queue) or (
-                    bool(m.queue) == bool(best.queue) and m.cw > best.cw):
-                best = m
-        if best is not None:
-            best.cw -= total
-        return best
+        """Smooth weighted round robin over live sizes, preferring one with nobody waiting
+        (the simulator's rule, hastune.policies.rolling.pick_macro)."""
+        return pick_macro(self.macros, lambda m: len(self._live(m)))
 
     # -- admission -------------------------------------------------------------------------
     def _passes(self, i: int, rid: int, t: float) -> bool:
