@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+import typer
+
 from hastune.config import load_config
 from hastune.evaluate import Evaluation
 from hastune.recipe import load_recipe
@@ -40,3 +42,11 @@ def fmt_s(x: float) -> str:
     if math.isinf(x):
         return "∞"
     return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s"
+
+
+# The engine's backend options, shared by evaluate / tune (with --evaluator real) and serve.
+BACKEND_OPTION = typer.Option("local", "--backend", help="with --evaluator real (serve: "
+                              "always): where the engine's workers run, local processes or "
+                              "ray actors (pip install 'hastune\\[ray]')")
+RAY_ADDRESS_OPTION = typer.Option(None, "--ray-address", help="with --backend ray: the "
+                                  "cluster to join (e.g. HEAD:6379; default: a local one)")

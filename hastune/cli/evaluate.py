@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import dumps, fmt_s, load_inputs
+from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s, load_inputs
 from hastune.errors import InputError
 
 
@@ -23,12 +23,8 @@ def evaluate(
     evaluator: str = typer.Option("sim", "--evaluator", help="sim (simulator) or real "
                                   "(the engine in runners/ with a real model)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-    backend: str = typer.Option("local", "--backend", help="with --evaluator real: where the "
-                                "engine's workers run, local processes or ray actors "
-                                "(pip install 'hastune[ray]')"),
-    ray_address: str | None = typer.Option(None, "--ray-address",
-                                           help="with --backend ray: the cluster to join "
-                                                "(e.g. HEAD:6379; default: a local one)"),
+    backend: str = BACKEND_OPTION,
+    ray_address: str | None = RAY_ADDRESS_OPTION,
 ) -> None:
     """Find the P90 goodput of a deployment: the highest rate that still meets the SLOs."""
     if evaluator != "real" and (backend != "local" or ray_address):

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from hastune.cli import app
-from hastune.cli.common import dumps, fmt_s
+from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s
 
 
 @app.command()
@@ -27,11 +27,8 @@ def serve(
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     seed: int | None = typer.Option(None, "--seed", help="load seed (default: recipe's)"),
     as_json: bool = typer.Option(False, "--json", help="print the load run as JSON"),
-    backend: str = typer.Option("local", "--backend", help="where the engine's workers run: "
-                                "local processes, or ray actors (pip install 'hastune[ray]')"),
-    ray_address: str | None = typer.Option(None, "--ray-address",
-                                           help="with --backend ray: the cluster to join "
-                                                "(e.g. HEAD:6379; default: a local one)"),
+    backend: str = BACKEND_OPTION,
+    ray_address: str | None = RAY_ADDRESS_OPTION,
 ) -> None:
     """Start the engine's workers for CONFIG. With --recipe, run one load of --requests at
     --rate and report every request as completed or failed; without, serve until Ctrl-C."""

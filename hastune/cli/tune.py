@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import dumps
+from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps
 from hastune.errors import InputError
 
 EXIT_NO_CONFIG = 3
@@ -101,12 +101,8 @@ def tune(
                                          help="a previous summary.json to compare against"),
     max_regression: float = typer.Option(0.05, "--max-regression",
                                          help="allowed goodput drop vs --baseline (share)"),
-    backend: str = typer.Option("local", "--backend", help="with --evaluator real: where the "
-                                "engine's workers run, local processes or ray actors "
-                                "(pip install 'hastune[ray]')"),
-    ray_address: str | None = typer.Option(None, "--ray-address",
-                                           help="with --backend ray: the cluster to join "
-                                                "(e.g. HEAD:6379; default: a local one)"),
+    backend: str = BACKEND_OPTION,
+    ray_address: str | None = RAY_ADDRESS_OPTION,
 ) -> None:
     """Find the deployment with the most P90 goodput: prune, then Bayesian optimisation.
 
