@@ -37,7 +37,14 @@ SHARE_MEANING = {
     "green contexts": "share f = SMs of a CUDA green context / SMs of the GPU",
     "none": "not measured (one thread, or no green contexts): the encode curve is left out "
             "(the partitioner falls back to the EAServe table) and prefill keeps the default",
+    "time-shared": "one thread: an encoder and a co-resident prefill time-share the worker's "
+                   "one core (the engine pins each worker to its own cores), so both curves "
+                   "are 1/share — a core has no idle units for the other to use",
 }
+# relative latency 1/f at share f: what time-sharing one core gives (piecewise linear between
+# these points, as profiles interpolate)
+TIME_SHARED_CURVE = [(f, round(1.0 / f, 4)) for f in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8,
+                                                      0.9, 1.0)]
 
 
 def features(stage: str, p: dict) -> list[float]:
@@ -129,6 +136,10 @@ def profile_dict(info: ModelInfo, rows: list[Row], plan: Plan, *, gpu: str, devi
         if held is not None:
             errors[stage] = held
     enc_curves, pre_curve = share_curves(rows)
+    if share_kind == "none" and device.startswith("cpu"):
+        share_kind = "time-shared"
+        enc_curves = {1: [list(p) for p in TIME_SHARED_CURVE]}
+        pre_curve = [list(p) for p in TIME_SHARED_CURVE]
     encode = coef.get("encode") or dict.fromkeys(NAMES["encode"], 0.0)
     if enc_curves:
         encode = {**encode, "sm_curve": enc_curves}

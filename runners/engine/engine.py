@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import queue
 import threading
 import time
@@ -43,6 +44,11 @@ class EngineOptions:
     model: str = "ref-small"
     device: str = "cpu"
     threads: int = 1               # torch threads per worker process
+    # CPU, local backend: pin each worker process to `threads` cores of its own (round robin
+    # over this process's cores), so a worker is one "device" as the simulator assumes — an
+    # encode worker's co-resident local prefill then time-shares the encoder's cores instead
+    # of taking another worker's
+    pin_cores: bool = True
     prefill_tokens: int = 2048     # prefill batch token budget
     kv_tokens: int = 1 << 16       # decode KV budget per decode worker (tokens)
     max_batch: int = 64            # decode batch cap
@@ -76,6 +82,7 @@ class Engine:
         self.opts = options or EngineOptions()
         self.rate_hint = rate_hint
         self.procs: dict[str, Any] = {}
+        self.pinned: dict[str, list[int]] = {}  # worker → cores it is pinned to (CPU, local)
         self.inboxes: dict[str, Any] = {}
         self.started = False
         self.mode: Any = None  # nodg / padg: routes requests and reads what replicas report
@@ -144,6 +151,22 @@ class Engine:
         p = ctx.Process(target=target, args=args, name=f"hastune-{name}", daemon=True)
         p.start()
         self.procs[name] = p
+        cores = self._cores_for(len(self.procs) - 1)
+        if cores:
+            try:
+                os.sched_setaffinity(p.pid, cores)
+                self.pinned[name] = sorted(cores)
+            except (OSError, AttributeError):
+                pass  # pinning is best effort (no such call here, or not permitted)
+
+    def _cores_for(self, k: int) -> set[int] | None:
+        """The cores of the k-th worker started, or None when workers are not pinned."""
+        o = self.opts
+        if not (o.pin_cores and o.device == "cpu" and o.backend == "local"
+                and hasattr(os, "sched_getaffinity")):
+            return None
+        mine = sorted(os.sched_getaffinity(0))
+        return {mine[(k * o.threads + j) % len(mine)] for j in range(o.threads)}
 
     def stop(self) -> None:
         for n, q in self.inboxes.items():
@@ -241,7 +264,7 @@ class Engine:
                                or not math.isnan(last[index[j.rid]]))
                 continue
             if kind == EV_STEP:
-                overhead[name] = (extra[0], extra[1])
+                overhead[name] = (extra[0], extra[1], extra[2])
                 continue
             if kind == EV_SPLIT:
                 self.sm_split[name] = extra
@@ -279,6 +302,7 @@ class Engine:
         over_s = sum(v[1] for v in overhead.values())
         return RunRecord(rate, arrival, first, last, tokens, failed,
                          {"decode_model_s": model_s, "decode_overhead_s": over_s,
+                          "decode_steps": float(sum(v[2] for v in overhead.values())),
                           "decode_overhead_share": over_s / model_s if model_s else 0.0,
                           **(self.mode.extra() if self.mode is not None else {})},
                          time.monotonic() - wall0, dict(self.sm_split))

@@ -41,7 +41,12 @@ def test_profile_writes_a_valid_measured_profile(measured):
     assert text.startswith("# Measured profile: ref-tiny@cpu")
     assert "# Regenerate: hastune profile --model ref-tiny --device cpu --threads 1 --quick" in text
     data = yaml.safe_load(text)
-    assert data["fit"]["measured"]["share"] == "none"  # one thread: nothing to split
+    # one thread: an encoder and its co-resident prefill time-share the worker's core, so
+    # both run at 1/share of their full speed
+    assert data["fit"]["measured"]["share"] == "time-shared"
+    for curve in (data["encode"]["sm_curve"][1], data["prefill"]["sm_curve"]):
+        assert [f for f, _ in curve][-1] == 1.0
+        assert all(abs(r * f - 1.0) < 1e-3 for f, r in curve)
     assert data["memory"]["gpu_bytes"] == 2 * 2**30
     assert (out.parent / "ref-tiny.rows.json").exists()
 

@@ -22,6 +22,20 @@ WORKLOAD = Workload(mix={"image": 0.4, "audio": 0.2, "text": 0.4},
 OPTS = EngineOptions(model="ref-tiny", drain_timeout_s=60)
 
 
+def _check_pinned(eng) -> None:
+    """On CPU each worker process is pinned to its own cores (round robin when there are more
+    workers than cores): one worker, one device."""
+    import os
+
+    if not hasattr(os, "sched_getaffinity"):
+        return
+    mine = sorted(os.sched_getaffinity(0))
+    assert set(eng.pinned) == set(eng.procs)
+    for k, name in enumerate(eng.procs):  # in start order
+        assert eng.pinned[name] == [mine[k % len(mine)]]
+        assert os.sched_getaffinity(eng.procs[name].pid) == set(eng.pinned[name])
+
+
 def _jobs(n: int, rate: float, seed: int = 0):
     return jobs_from(sample_requests(WORKLOAD, n, seed), rate, 512, seed)
 
@@ -34,6 +48,7 @@ def test_load_run_loses_nothing(config):
     jobs, offsets = _jobs(40, 20.0)
     with Engine(config, OPTS) as eng:
         rec = eng.run(jobs, offsets, 20.0)
+        _check_pinned(eng)
     assert not rec.failed
     assert (rec.tokens == [j.max_tokens for j in jobs]).all()
     res = to_result(rec, 0.1)
