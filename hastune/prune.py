@@ -273,11 +273,14 @@ def _raw_combos(space: SearchSpace, budget: int):
 def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace,
           evaluate: Callable[[Config], float] | None = None, probe_top: int = 3,
           margin: float = 1.25,
-          runnable: Callable[[Config], bool] | None = None) -> PruneReport:
+          runnable: Callable[[Config], bool] | None = None,
+          lower_bound: float = 0.0) -> PruneReport:
     """Apply the rules in order; `evaluate(config) → goodput` (the simulator) supplies the
     lower bound from the `probe_top` best-bounded candidates (none: capacity rule skipped).
     `runnable` (tuning with the real evaluator: can the engine run it?) removes the rest
-    under the `engine` rule, before anything is probed."""
+    under the `engine` rule, before anything is probed. `lower_bound`: a goodput already
+    reached (another architecture's probes in the same study): the capacity rule uses the
+    larger of it and this space's own probes — any reached goodput bounds the optimum below."""
     b = Bounds(recipe, profile, reqs)
     removed = dict.fromkeys(RULES, 0)
     total = 0
@@ -324,7 +327,7 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
             probed.append(c)
             if len(probed) >= probe_top:
                 break
-        report.lower_bound = max(c.goodput or 0.0 for c in probed)
+        report.lower_bound = max([lower_bound] + [c.goodput or 0.0 for c in probed])
         lb = report.lower_bound
         keep = [c for c in cands if c.goodput is not None or c.bound * margin >= lb]
         removed["capacity"] = len(cands) - len(keep)

@@ -143,3 +143,22 @@ def test_engine_rule_removes_what_the_engine_cannot_run_before_any_probe():
         assert rep.removed["engine"] >= len(multi)
         assert all(c.config.tp == 1 and c.config.pp == 1 for c in rep.kept)
     assert probed
+
+
+def test_a_lower_bound_from_elsewhere_prunes_by_capacity_and_keeps_the_probed(audio_recipe):
+    rec = _small(audio_recipe, 4)
+    ev = Evaluation(rec, requests=200)
+    space = space_for("epd", rec.path, rec.search_space)
+    calls = []
+
+    def goodput(cfg):
+        calls.append(cfg)
+        return 1.0  # a poor probe: on its own it would prune almost nothing
+
+    own = prune(rec, ev.profile, ev.requests, space, evaluate=goodput, probe_top=2)
+    best_bound = max(c.bound for c in own.kept)
+    shared = prune(rec, ev.profile, ev.requests, space, evaluate=goodput, probe_top=2,
+                   lower_bound=best_bound * own.margin * 2)
+    assert shared.lower_bound == best_bound * own.margin * 2
+    assert [c.config for c in shared.kept] == [c.config for c in shared.kept if c.goodput]
+    assert len(shared.kept) == 2 and shared.removed["capacity"] > own.removed["capacity"]

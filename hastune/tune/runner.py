@@ -142,11 +142,15 @@ class Tuner:
             cands: list[tuple[float, Config]] = []
             report: dict[str, Any] = {"total": 0, "kept": 0, "rules": dict.fromkeys(RULES, 0),
                                       "lower_bound_rps": 0.0, "pruned": self.opts.prune}
+            # several architectures share one lower bound: a goodput any of them reached bounds
+            # the optimum of all (splitting probe_top between them was tried: no better)
+            probes = self.opts.probe_top
             for space in self.spaces.values():
                 if self.opts.prune:
                     rep = prune(self.recipe, self.ev.profile, self.ev.requests, space,
                                 evaluate=lambda c: self._record(study, c, on_trial),
-                                probe_top=self.opts.probe_top, margin=self.opts.margin,
+                                probe_top=probes, margin=self.opts.margin,
+                                lower_bound=report["lower_bound_rps"],
                                 runnable=self.runnable if self.opts.evaluator == "real"
                                 else None)
                     cands += [(c.bound, c.config) for c in rep.kept]
@@ -164,7 +168,13 @@ class Tuner:
                         else:
                             report["rules"]["memory"] += 1
             if self.opts.prune:
-                cands = self._diversified(cands)
+                # the final lower bound also applies to the spaces pruned before it was reached
+                lb = report["lower_bound_rps"]
+                probed = {t.user_attrs.get("key") for t in evaluated_trials(study)}
+                keep = [(b, c) for b, c in cands
+                        if b * self.opts.margin >= lb or config_key(c) in probed]
+                report["rules"]["capacity"] += len(cands) - len(keep)
+                cands = self._diversified(keep)
             # without pruning, no bound ranking either: plain BO from the space's own order
             ranked = [json.loads(config_key(c)) for _, c in cands]
             report["kept"] = len(ranked)
