@@ -124,13 +124,22 @@ class Engine:
         for i, n in enumerate(e_names):
             self._spawn(ctx, n, encode_main, (n, i, wopts, self.inboxes[n], self.events, p_in,
                                               p_names, d_in, d_names, self.shared))
+        self.wait_ready(self.names)
+        self.started = True
+        self._static = static
+        return self
+
+    def wait_ready(self, names: list[str]) -> None:
+        """Block until every worker in `names` reported ready (it loaded its model); stop the
+        engine and raise when one exits first or `start_timeout_s` passes."""
+        o = self.opts
         ready: set[str] = set()
         deadline = time.monotonic() + o.start_timeout_s
-        while len(ready) < len(self.names):
+        while len(ready) < len(names):
             if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"workers not ready after {o.start_timeout_s:.0f} s: "
-                                   f"{sorted(set(self.names) - ready)}")
+                                   f"{sorted(set(names) - ready)}")
             for n, p in self.procs.items():
                 if not p.is_alive():
                     self.stop()
@@ -143,9 +152,6 @@ class Engine:
                 ready.add(name)
                 if isinstance(extra, dict):
                     self.sm_split[name] = extra
-        self.started = True
-        self._static = static
-        return self
 
     def _spawn(self, ctx: Any, name: str, target: Any, args: tuple) -> None:
         p = ctx.Process(target=target, args=args, name=f"hastune-{name}", daemon=True)

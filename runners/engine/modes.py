@@ -32,7 +32,6 @@ from runners.engine.messages import (
     EV_ENCODED,
     EV_FAILED,
     EV_PREFILLED,
-    EV_READY,
     EV_WINDOW,
 )
 from runners.engine.replica import MODALITIES, PREFILL, Status, nodg_main, padg_main
@@ -89,23 +88,7 @@ def launch(engine: Any, ctx: Any) -> NoDGMode | PaDGMode:
         engine.inboxes[name] = ctx.Queue()
         engine._spawn(ctx, name, nodg_main if nodg else padg_main,
                       (name, i, wopts, engine.inboxes[name], engine.events, status))
-    ready: set[str] = set()
-    deadline = time.monotonic() + o.start_timeout_s
-    while len(ready) < n:
-        if time.monotonic() > deadline:
-            engine.stop()
-            raise RuntimeError(f"workers not ready after {o.start_timeout_s:.0f} s: "
-                               f"{sorted(set(names) - ready)}")
-        for name, p in engine.procs.items():
-            if not p.is_alive():
-                engine.stop()
-                raise RuntimeError(f"worker {name} exited while loading (code {p.exitcode})")
-        try:
-            kind, _, name, _, _ = engine.events.get(timeout=0.5)
-        except Exception:  # queue.Empty
-            continue
-        if kind == EV_READY:
-            ready.add(name)
+    engine.wait_ready(names)
     return NoDGMode(engine, names, status) if nodg else PaDGMode(engine, names, status)
 
 
