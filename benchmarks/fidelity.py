@@ -67,7 +67,8 @@ def main() -> None:
     if args.fresh or not prof.exists():
         prof.parent.mkdir(exist_ok=True)
         subprocess.run([sys.executable, "-m", "hastune", "profile", "--model", "ref-small",
-                        "--device", "cpu", "--threads", "1", "--out", str(prof)], check=True)
+                        "--device", "cpu", "--threads", "1", "--out", str(prof)]
+                       + (["--fresh"] if args.fresh else []), check=True)  # else: refit rows
     rec = load_recipe(ROOT / "benchmarks" / "fidelity-recipe.yaml")
     rec = rec.model_copy(update={"profile": str(prof)})
     sim = Evaluation(rec, requests=args.requests)
