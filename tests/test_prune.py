@@ -18,6 +18,19 @@ def _small(recipe, gpus, **slo):
     return recipe.model_copy(update=upd)
 
 
+def _cached_goodput(ev):
+    """ev's goodput of a config, simulated once per config."""
+    cache: dict = {}
+
+    def goodput(cfg):
+        key = cfg.model_dump_json()
+        if key not in cache:
+            cache[key] = ev.goodput(cfg).goodput_rps
+        return cache[key]
+
+    return goodput
+
+
 CASES = [
     ("audio", 4, {}),
     ("image", 4, {}),
@@ -30,13 +43,7 @@ CASES = [
 def test_optimum_is_never_pruned(which, gpus, slo, audio_recipe, image_recipe):
     rec = _small(audio_recipe if which == "audio" else image_recipe, gpus, **slo)
     ev = Evaluation(rec, requests=300)
-    cache: dict = {}
-
-    def goodput(cfg):
-        key = cfg.model_dump_json()
-        if key not in cache:
-            cache[key] = ev.goodput(cfg).goodput_rps
-        return cache[key]
+    goodput = _cached_goodput(ev)
 
     for arch in ("epd", "epd-static"):
         space = space_for(arch)
@@ -87,13 +94,7 @@ def test_optimum_is_never_pruned_replica_architectures(arch):
     rec = recipe("sharegpt", 300, cluster={"gpu": "a800-80gb", "gpus": 4, "gpus_per_node": 4,
                                            "intra_node": "pcie4", "inter_node": "25gbe-roce"})
     ev = Evaluation(rec)
-    cache: dict = {}
-
-    def goodput(cfg):
-        key = cfg.model_dump_json()
-        if key not in cache:
-            cache[key] = ev.goodput(cfg).goodput_rps
-        return cache[key]
+    goodput = _cached_goodput(ev)
 
     space = space_for(arch)
     exhaustive = max(goodput(c) for c in space.configs(4) if _runs(ev, c))

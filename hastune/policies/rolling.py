@@ -6,9 +6,7 @@ its window, so the instances' prefill phases are staggered and one is always rea
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
-
-M = TypeVar("M")
+from typing import Any, Protocol, TypeVar
 
 
 class RollingActivation:
@@ -48,7 +46,15 @@ class RollingActivation:
             self.cursor = 0
 
 
-def pick_macro(macros: Sequence[M], size: Callable[[M], int]) -> M | None:
+class _Weighted(Protocol):
+    cw: float   # the smooth round robin's running weight
+    queue: Any  # requests waiting (empty: nobody waits)
+
+
+W = TypeVar("W", bound=_Weighted)
+
+
+def pick_macro(macros: Sequence[W], size: Callable[[W], int]) -> W | None:
     """The macro-instance a new request joins: smooth weighted round robin over `size(m)`
     (instances, or live ones), preferring one where nobody waits (`m.queue` empty). Each
     macro-instance carries its running weight in `m.cw`. None when every size is 0."""
@@ -58,11 +64,10 @@ def pick_macro(macros: Sequence[M], size: Callable[[M], int]) -> M | None:
         if w == 0:
             continue
         total += w
-        m.cw += w  # type: ignore[attr-defined]
-        q: Any = m.queue  # type: ignore[attr-defined]
-        if best is None or (not q and best.queue) or (  # type: ignore[attr-defined]
-                bool(q) == bool(best.queue) and m.cw > best.cw):  # type: ignore[attr-defined]
+        m.cw += w
+        if best is None or (not m.queue and best.queue) or (
+                bool(m.queue) == bool(best.queue) and m.cw > best.cw):
             best = m
     if best is not None:
-        best.cw -= total  # type: ignore[attr-defined]
+        best.cw -= total
     return best

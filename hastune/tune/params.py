@@ -91,8 +91,8 @@ class Parametrization:
     def narrowed(self, configs: list[Config]) -> Parametrization:
         """The same parametrization on the smallest box holding `configs` (pruning's
         survivors) in its ranges (lists stay whole): fewer suggestions land on pruned
-        configurations. An architecture with no
-        configuration left keeps its space (parameter names must not change mid-study)."""
+        configurations. An architecture with no configuration left keeps its space (parameter
+        names must not change mid-study)."""
         spaces: dict[str, SearchSpace] = {}
         for arch, sp in self.spaces.items():
             mine = [c for c in configs if c.architecture == arch]

@@ -73,7 +73,12 @@ def evaluated_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 class Prepared:
     survivors: list[dict]          # ranked by bound, best first
     report: dict[str, Any]
-    allowed: set[str] = field(default_factory=set)
+    configs: list[Config] = field(default_factory=list)  # the survivors, parsed once
+    keys: list[str] = field(default_factory=list)        # and their config keys
+    allowed: set[str] = field(init=False)                # the keys, for membership tests
+
+    def __post_init__(self) -> None:
+        self.allowed = set(self.keys)
 
 
 class Tuner:
@@ -144,12 +149,11 @@ class Tuner:
                                       "lower_bound_rps": 0.0, "pruned": self.opts.prune}
             # several architectures share one lower bound: a goodput any of them reached bounds
             # the optimum of all (splitting probe_top between them was tried: no better)
-            probes = self.opts.probe_top
             for space in self.spaces.values():
                 if self.opts.prune:
                     rep = prune(self.recipe, self.ev.profile, self.ev.requests, space,
                                 evaluate=lambda c: self._record(study, c, on_trial),
-                                probe_top=probes, margin=self.opts.margin,
+                                probe_top=self.opts.probe_top, margin=self.opts.margin,
                                 lower_bound=report["lower_bound_rps"],
                                 runnable=self.runnable if self.opts.evaluator == "real"
                                 else None)
@@ -191,10 +195,11 @@ class Tuner:
                 study.enqueue_trial(self.pz.to_params(cfg), skip_if_exists=True)
                 n += 1
         survivors = study.user_attrs["survivors"]
-        self.prepared = Prepared(survivors, study.user_attrs["prune_report"],
-                                 {config_key(parse_config(d)) for d in survivors})
+        configs = [parse_config(d) for d in survivors]
+        self.prepared = Prepared(survivors, study.user_attrs["prune_report"], configs,
+                                 [config_key(c) for c in configs])
         if survivors:
-            self.pz = self.pz.narrowed([parse_config(d) for d in survivors])
+            self.pz = self.pz.narrowed(configs)
         return self.prepared
 
     def _diversified(self, cands: list[tuple[float, Config]]) -> list[tuple[float, Config]]:
@@ -287,11 +292,10 @@ class Tuner:
                     idle = limit  # skopt had nothing new: take the next survivor
             if idle >= limit and not study.get_trials(
                     deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-                nxt = next((d for d in prep.survivors
-                            if config_key(parse_config(d)) not in done), None)
+                nxt = next((c for c, k in zip(prep.configs, prep.keys) if k not in done), None)
                 if nxt is None:
                     return
-                study.enqueue_trial(self.pz.to_params(parse_config(nxt)))
+                study.enqueue_trial(self.pz.to_params(nxt))
                 idle = 0
             trial = study.ask()
             trial.set_user_attr("worker", worker_id())
@@ -343,16 +347,15 @@ class Tuner:
         if not self.opts.prune or study.get_trials(
                 deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
             return  # without pruning: the plain sampler (a repair made plain TPE worse)
-        best: tuple[float, int] | None = None
-        for rank, d in enumerate(prep.survivors):
-            other = parse_config(d)
-            if config_key(other) in done:
+        best: tuple[float, Config] | None = None
+        for other, key in zip(prep.configs, prep.keys):  # in rank order: ties keep the first
+            if key in done:
                 continue
             dist = self.pz.distance(cfg, other)
             if best is None or dist < best[0]:
-                best = (dist, rank)
+                best = (dist, other)
         if best is not None:
-            study.enqueue_trial(self.pz.to_params(parse_config(prep.survivors[best[1]])))
+            study.enqueue_trial(self.pz.to_params(best[1]))
 
     @staticmethod
     def _elsewhere(study: optuna.Study, key: str, number: int) -> tuple[str | None, float]:
