@@ -35,7 +35,7 @@ SHARE_MEANING = {
     "threads": "share f = k of the worker's N threads (torch.set_num_threads(k)); an encoder "
                "and a co-resident prefill split the threads of one CPU worker",
     "green contexts": "share f = SMs of a CUDA green context / SMs of the GPU",
-    "none": "not measured (one thread, or no green contexts): the encode curve is left out "
+    "none": "not measured (no green contexts): the encode curve is left out "
             "(the partitioner falls back to the EAServe table) and prefill keeps the default",
     "time-shared": "one thread: an encoder and a co-resident prefill time-share the worker's "
                    "one core (the engine pins each worker to its own cores), so both curves "
@@ -136,8 +136,7 @@ def profile_dict(info: ModelInfo, rows: list[Row], plan: Plan, *, gpu: str, devi
         if held is not None:
             errors[stage] = held
     enc_curves, pre_curve = share_curves(rows)
-    if share_kind == "none" and device.startswith("cpu"):
-        share_kind = "time-shared"
+    if share_kind == "time-shared":
         enc_curves = {1: [list(p) for p in TIME_SHARED_CURVE]}
         pre_curve = [list(p) for p in TIME_SHARED_CURVE]
     encode = coef.get("encode") or dict.fromkeys(NAMES["encode"], 0.0)

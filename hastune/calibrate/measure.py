@@ -176,6 +176,8 @@ class Device:
                              max(1, 3 * self.threads // 4)} - {self.threads})
             self.shares = [k / self.threads for k in counts]
             self.share_kind = "threads"
+        else:  # one thread: nothing to measure; an encoder and its prefill time-share it
+            self.share_kind = "time-shared"
 
     def _setup_green(self) -> None:
         from hastune.calibrate.green import GreenContexts
