@@ -200,6 +200,14 @@ def load_config(path: str | Path) -> AnyConfig:
     return parse_config(read_yaml_mapping(path, "deployment config"), path)
 
 
+def config_dict(cfg: AnyConfig) -> dict:
+    """A configuration's knobs as plain data, every field included: `null` is a value
+    (nodg's chunk_tokens: no chunking; epd's max_gap_ms: uncapped), so it is never dropped
+    and `parse_config(config_dict(c)) == c`."""
+    return cfg.model_dump(exclude={"kind", "name"})
+
+
 def dump_config(cfg: AnyConfig) -> dict:
-    d = cfg.model_dump(exclude_none=True)
+    """What a config file holds (kind and architecture first); parses back to `cfg`."""
+    d = cfg.model_dump(exclude={"name"} if cfg.name is None else set())
     return {"kind": d.pop("kind"), "architecture": d.pop("architecture"), **d}

@@ -5,6 +5,7 @@ This is the library entry point the CLI (and the tuner) call.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,8 +15,10 @@ from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.profile import Profile
 from hastune.recipe import Recipe
 from hastune.sim import Simulator, make_simulator
+from hastune.sim.common import StopRule
 from hastune.sim.instance import InstanceTiming, instance_shapes
 from hastune.sim.result import RunResult
+from hastune.stability import Stability, not_judged
 from hastune.workload import RequestSet, sample_requests
 
 Config = AnyConfig
@@ -24,10 +27,13 @@ Config = AnyConfig
 class Evaluation:
     """A recipe bound to its profile and request set (common random numbers).
 
-    A probe at rate Λ simulates max(N, Λ·min_span·W0) requests, N = workload.requests and W0 the
-    mean zero-load lifetime of a request (first arrival to last token): a run much shorter than
-    one request's decode never fills the decode pool, and would pass rates it cannot sustain.
-    Longer runs extend shorter ones (the request set is prefix-consistent)."""
+    A probe at rate Λ simulates max(N, Λ·T) requests (at most `evaluator.max_requests`): N is
+    workload.requests and T = min_span × W, W the longer of a request's mean zero-load lifetime
+    (arrival to last token) and its SLO lifetime (TTFT SLO + TPOT SLO × (mean output − 1), the
+    longest a passing request may take). So the window spans many lifetimes and many SLOs
+    whatever N is, and a probe's stability verdict (hastune.stability) can tell a steady state
+    from a queue that has not had time to grow. Longer runs extend shorter ones (the request set
+    is prefix-consistent)."""
 
     def __init__(self, recipe: Recipe, profile: Profile | None = None,
                  requests: int | None = None, seed: int | None = None):
@@ -40,6 +46,10 @@ class Evaluation:
         self._pool: RequestSet = sample_requests(
             recipe.workload, self.base_requests, self.seed, base=recipe.base_dir)
         self.lifetime_s = self._zero_load_lifetime()
+        slo = recipe.slo
+        self.slo_lifetime_s = slo.ttft_s + slo.tpot_s * max(
+            float(self._pool.output_tokens.mean()) - 1.0, 0.0)
+        self.closed = recipe.workload.arrival.process == "closed"
 
     @property
     def requests(self) -> RequestSet:
@@ -55,18 +65,62 @@ class Evaluation:
         steps = (r.output_tokens - 1) * p.decode.step(1, L + r.output_tokens / 2)  # type: ignore
         return float((ttft + steps).mean())
 
-    def requests_at(self, rate: float) -> RequestSet:
+    @property
+    def span_s(self) -> float:
+        """The least arrival span of an open-loop probe (seconds of simulated time)."""
+        return self.recipe.evaluator.min_span * max(self.lifetime_s, self.slo_lifetime_s)
+
+    def probe_size(self, rate: float) -> int:
+        """Requests simulated by a probe at `rate` (in closed loop: `rate` clients, each
+        sending min_span requests)."""
         ev = self.recipe.evaluator
-        if self.recipe.workload.arrival.process == "closed":
-            # `rate` clients each send one request per lifetime: min_span requests apiece
+        if self.closed:
             n = max(self.base_requests, int(rate * ev.min_span) + 1)
         else:
-            n = max(self.base_requests, int(rate * ev.min_span * self.lifetime_s) + 1)
-        n = min(n, max(ev.max_requests, self.base_requests))
+            n = max(self.base_requests, int(math.ceil(rate * self.span_s)) + 1)
+        return min(n, max(ev.max_requests, self.base_requests))
+
+    def probe_cap(self, rate: float) -> int:
+        """The most requests a probe at `rate` may grow to while its verdict is unsettled."""
+        ev = self.recipe.evaluator
+        n = self.probe_size(rate)
+        if self.closed:
+            return n
+        longest = int(math.ceil(rate * self.span_s * ev.extend)) + 1
+        return max(n, min(longest, ev.max_requests))
+
+    def requests_at(self, rate: float, n: int | None = None) -> RequestSet:
+        n = self.probe_size(rate) if n is None else n
         if n > len(self._pool):
             self._pool = sample_requests(self.recipe.workload, n, self.seed,
                                          base=self.recipe.base_dir)
         return self._pool.head(n)
+
+    def judge(self, run: RunResult, final: bool = True) -> Stability:
+        """The stability verdict on a probe's run (not judged in closed loop, where the
+        clients cannot outrun the system, nor under a rate schedule, which is not meant to be
+        stationary). `final` False: the run could still be made longer."""
+        if self.closed:
+            return not_judged("closed loop: the clients wait for the system")
+        if self.recipe.workload.rate_schedule is not None:
+            return not_judged("rate schedule: the load is not stationary by design")
+        return run.stability(self.recipe.slo, self.recipe.evaluator.shortfall, final)
+
+    def probe(self, sim: Simulator, rate: float) -> RunResult:
+        """One probe: a run of probe_size(rate) requests, doubled while its verdict is not
+        settled, up to probe_cap(rate); the run returned carries its verdict."""
+        n, cap = self.probe_size(rate), self.probe_cap(rate)
+        while True:
+            run = sim.run(self.requests_at(rate, n), rate)
+            if "stopped_early_s" in run.extra:  # it fails the SLOs whatever would follow
+                run.verdict = not_judged(f"stopped at {run.extra['stopped_early_s']:.4g} s: "
+                                         "enough requests had missed an SLO to fail it")
+                return run
+            verdict = self.judge(run, final=n >= cap)
+            if verdict.settled:
+                run.verdict = verdict
+                return run
+            n = min(2 * n, cap)
 
     def _check_epd_tp(self) -> None:
         if self.profile.tp != 1:
@@ -116,29 +170,39 @@ class Evaluation:
     def simulator(self, config: Config,
                   config_path: str | Path | None = None) -> Simulator:
         self.check(config, config_path)
-        return make_simulator(self.profile, self.recipe.cluster, config,
-                              warmup=self.recipe.workload.warmup, slo=self.recipe.slo)
+        sim = make_simulator(self.profile, self.recipe.cluster, config,
+                             warmup=self.recipe.workload.warmup, slo=self.recipe.slo)
+        if not self.closed:
+            slo = self.recipe.slo
+            att = slo.criterion == "attainment"
+            sim.stop_rule = StopRule(slo.ttft_s, slo.tpot_s,  # type: ignore[attr-defined]
+                                     slo.attainment if att else slo.percentile / 100.0, att,
+                                     self.recipe.workload.warmup)
+        return sim
 
     def run(self, config: Config, rate: float,
             config_path: str | Path | None = None) -> RunResult:
         if rate <= 0:
             raise InputError(None, "--rate", f"rate must be > 0 (got {rate})",
                              "give an arrival rate in requests per second")
-        return self.simulator(config, config_path).run(self.requests_at(rate), rate)
+        return self.probe(self.simulator(config, config_path), rate)
 
     def goodput(self, config: Config,
                 config_path: str | Path | None = None,
                 on_probe: Callable[[Probe], None] | None = None,
-                incumbent: float | None = None) -> GoodputResult:
+                incumbent: float | None = None, early_stop: bool = False) -> GoodputResult:
+        """The goodput search (hastune.goodput): the same grid of rates whatever the start, so
+        a configuration gets one number; `incumbent` only moves the first probe (and with
+        `early_stop`, a configuration failing there gets a coarse value)."""
         sim = self.simulator(config, config_path)
         ev = self.recipe.evaluator
         start = ev.start_rate or self.start_rate(config)
-        closed = self.recipe.workload.arrival.process == "closed"
-        res = search_goodput(lambda r: sim.run(self.requests_at(r), r), self.recipe.slo,
+        res = search_goodput(lambda r: self.probe(sim, r), self.recipe.slo,
                              start_rate=start, tolerance=ev.tolerance,
-                             min_rate=1.0 if closed else 1e-3,
-                             max_probes=ev.max_probes, on_probe=on_probe, incumbent=incumbent)
-        if closed:
+                             min_rate=1.0 if self.closed else 1e-3,
+                             max_probes=ev.max_probes, on_probe=on_probe, incumbent=incumbent,
+                             early_stop=early_stop, integer=self.closed)
+        if self.closed:
             # the search ran over the number of clients; goodput is the throughput they drew
             run = res.best_run
             res.goodput_rps = run.extra.get("throughput_rps", 0.0) if run is not None else 0.0
@@ -163,6 +227,6 @@ class Evaluation:
         slots = max(1.0, min(dec.max_batch, cap / max(ctx + out / 2, 1.0)))
         step = dec.step(int(slots), slots * ctx)
         per_unit = slots / max(step * max(out - 1, 1.0), 1e-9)
-        if self.recipe.workload.arrival.process == "closed":
+        if self.closed:
             return max(1.0, round(0.5 * slots * units))
         return max(0.01, round(0.5 * per_unit * units, 3))

@@ -1,17 +1,27 @@
-"""P90 goodput: the largest arrival rate at which a deployment still meets its SLOs.
+"""P90 goodput: the largest arrival rate at which a deployment still meets its SLOs in steady
+state.
 
-Bracket (double or halve from a start rate until one rate passes and a higher one fails), then
-bisect until (hi − lo) ≤ tolerance·hi. Every probe uses the same RequestSet (common random
-numbers), so rates and deployments are compared on identical requests.
+Rates are probed on one grid per tolerance, Λ_k = (1 + tolerance)^k req/s (k an integer): the
+search brackets (steps of about ×2 up or down from a start rate until one rate passes and a
+higher one fails), then bisects on k until the two are neighbours. So the answer is the largest
+passing grid rate below the first failing one whatever rate the search starts from (the
+recipe's guess, a tuner's incumbent): `evaluate`, `grid`, `tune` and pruning's probes give a
+configuration one number. Closed loop searches the number of clients, one at a time.
+
+A probe passes when its run meets the SLOs *and* is stable (hastune.stability): a short run of
+an overloaded deployment whose queues have not yet grown fails. Every probe uses the same
+RequestSet (common random numbers), so rates and deployments see identical requests.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hastune.recipe import SLO
 from hastune.sim.result import RunResult
+from hastune.stability import Stability
 
 
 @dataclass
@@ -21,11 +31,18 @@ class Probe:
     tpot_p: float
     attainment: float
     passed: bool
+    slo_met: bool = True
+    stability: Stability | None = None
+    requests: int = 0
 
     def as_dict(self, percentile: float) -> dict:
-        return {"rate": self.rate, "ttft_p90_s" if percentile == 90 else f"ttft_p{percentile:g}_s":
-                self.ttft_p, "tpot_p90_s" if percentile == 90 else f"tpot_p{percentile:g}_s":
-                self.tpot_p, "attainment": self.attainment, "passed": self.passed}
+        tag = "p90" if percentile == 90 else f"p{percentile:g}"
+        d = {"rate": self.rate, f"ttft_{tag}_s": self.ttft_p, f"tpot_{tag}_s": self.tpot_p,
+             "attainment": self.attainment, "slo_met": self.slo_met, "passed": self.passed,
+             "requests": self.requests}
+        if self.stability is not None:
+            d["stability"] = self.stability.as_dict()
+        return d
 
 
 @dataclass
@@ -52,27 +69,71 @@ class GoodputResult:
 
 
 def probe_of(run: RunResult, slo: SLO) -> Probe:
+    """A run as a probe: it passes when it meets the SLOs and its verdict (if any) is
+    stable."""
+    met = run.passes(slo)
+    stability = run.verdict
     return Probe(run.rate, run.percentile("ttft", slo.percentile),
-                 run.percentile("tpot", slo.percentile), run.attainment(slo), run.passes(slo))
+                 run.percentile("tpot", slo.percentile), run.attainment(slo),
+                 met and (stability is None or stability.stable), met, stability,
+                 int(run.ttft.size))
+
+
+class RateGrid:
+    """The rates a search may probe: (1 + step)^k req/s, or whole numbers of clients."""
+
+    def __init__(self, step: float, integer: bool = False):
+        self.step, self.integer = step, integer
+        self._log = math.log1p(step)
+
+    def rate(self, k: int) -> float:
+        return float(k) if self.integer else (1.0 + self.step) ** k
+
+    def index(self, rate: float) -> int:
+        """The grid point nearest to `rate` (at least 1 client)."""
+        if self.integer:
+            return max(1, int(round(rate)))
+        return int(round(math.log(rate) / self._log))
+
+    def steps(self, ratio: float) -> int:
+        """Grid steps that make up a factor `ratio` (at least one)."""
+        if self.integer:
+            return 1
+        return max(1, int(math.ceil(math.log(ratio) / self._log - 1e-9)))
+
+    def up(self, k: int) -> int:
+        """About twice the rate."""
+        return 2 * k if self.integer else k + self.steps(2.0)
+
+    def down(self, k: int) -> int:
+        """About half the rate."""
+        return max(1, k // 2) if self.integer else k - self.steps(2.0)
 
 
 def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: float = 1.0,
-                   tolerance: float = 0.02, max_probes: int = 30, min_rate: float = 1e-3,
+                   tolerance: float = 0.02, max_probes: int = 40, min_rate: float = 1e-3,
                    max_rate: float = 1e5,
                    on_probe: Callable[[Probe], None] | None = None,
-                   incumbent: float | None = None, coarse_tolerance: float = 0.1,
-                   coarse_probes: int = 5) -> GoodputResult:
-    """Find the largest passing rate; `run_at(rate)` runs one probe.
+                   incumbent: float | None = None, early_stop: bool = False,
+                   coarse_tolerance: float = 0.1,
+                   integer: bool = False) -> GoodputResult:
+    """Find the largest passing grid rate; `run_at(rate)` runs one probe (its `verdict`, when
+    set, says whether the run was stable).
 
-    With `incumbent` (the best goodput found so far by a tuner), the first probe is at it; a
-    deployment that fails there cannot win, so the search stops early: it only narrows
-    the goodput to `coarse_tolerance` in at most `coarse_probes` probes (a useful value for a
-    surrogate model, at a fraction of the cost) and sets `early_stopped`."""
+    With `incumbent` (the best goodput found so far by a tuner) the first probe is at it. With
+    `early_stop` too, a deployment that fails there cannot win, so the search only narrows its
+    goodput to `coarse_tolerance` and sets `early_stopped` (its value is then a passing rate,
+    possibly below the exact answer). `integer`: rates are numbers of clients (closed loop)."""
+    grid = RateGrid(tolerance, integer)
     res = GoodputResult(0.0, slo.criterion, slo.percentile, tolerance)
-    if incumbent is not None and incumbent > 0:
-        start_rate = incumbent
+    k_min = grid.index(max(min_rate, 1.0 if integer else min_rate))
+    k_max = grid.index(max_rate)
+    cache: dict[int, bool] = {}
 
-    def probe(rate: float) -> bool:
+    def probe(k: int) -> bool:
+        if k in cache:
+            return cache[k]
+        rate = grid.rate(k)
         run = run_at(rate)
         p = probe_of(run, slo)
         res.probes.append(p)
@@ -80,44 +141,56 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
             on_probe(p)
         if p.passed and (res.best_run is None or rate > res.best_run.rate):
             res.best_run = run
+        cache[k] = p.passed
         return p.passed
 
-    lo, hi = 0.0, None
-    rate = start_rate
-    if probe(rate):
-        lo = rate
+    start = incumbent if incumbent is not None and incumbent > 0 else start_rate
+    k = min(max(grid.index(start), k_min), k_max)
+    lo: int | None = None   # largest passing index known
+    hi: int | None = None   # smallest failing index known
+    if probe(k):
+        lo = k
         while len(res.probes) < max_probes:
-            rate *= 2.0
-            if rate > max_rate:
+            if k >= k_max:
                 res.bracketed = False
                 break
-            if probe(rate):
-                lo = rate
+            k = min(grid.up(k), k_max)
+            if probe(k):
+                lo = k
             else:
-                hi = rate
+                hi = k
                 break
     else:
-        hi = rate
-        if incumbent is not None and incumbent > 0:
+        hi = k
+        stop_at = 1
+        if incumbent is not None and incumbent > 0 and early_stop:
             res.early_stopped = True
-            tolerance = max(tolerance, coarse_tolerance)
-            max_probes = min(max_probes, coarse_probes)
-            res.tolerance = tolerance
+            res.tolerance = max(tolerance, coarse_tolerance)
+            stop_at = grid.steps(1.0 + res.tolerance)
         while len(res.probes) < max_probes:
-            rate /= 2.0
-            if rate < min_rate:
+            if k <= k_min:
                 res.bracketed = False
                 break
-            if probe(rate):
-                lo = rate
+            k = max(grid.down(k), k_min)
+            if probe(k):
+                lo = k
                 break
-            hi = rate
-    if lo > 0 and hi is not None:
-        while hi - lo > tolerance * hi and len(res.probes) < max_probes:
-            mid = 0.5 * (lo + hi)
+            hi = k
+        if lo is not None:
+            while hi - lo > stop_at and len(res.probes) < max_probes:  # type: ignore[operator]
+                mid = (lo + hi) // 2  # type: ignore[operator]
+                if probe(mid):
+                    lo = mid
+                else:
+                    hi = mid
+            res.goodput_rps = grid.rate(lo)
+        return res
+    if hi is not None:
+        while hi - lo > 1 and len(res.probes) < max_probes:  # type: ignore[operator]
+            mid = (lo + hi) // 2  # type: ignore[operator]
             if probe(mid):
                 lo = mid
             else:
                 hi = mid
-    res.goodput_rps = lo
+    res.goodput_rps = grid.rate(lo)  # type: ignore[arg-type]
     return res

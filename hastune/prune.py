@@ -12,12 +12,13 @@ Each rule removes configurations that cannot work or cannot win, from the profil
   requests): all but one copy go;
 - `capacity` — an upper bound on goodput from per-stage capacity (encode: compute, grows with B;
   prefill: split by s between local and remote; decode: memory- and step-bound; network) that,
-  even with `margin` for a finite run's transient, stays below the best goodput already found
-  by simulating the top-ranked candidates. The bounds differ per stage: that is the asymmetry.
+  times `margin`, stays below the best goodput already found by simulating the top-ranked
+  candidates. The bounds differ per stage: that is the asymmetry.
 
-Every bound is an upper bound on what the simulator can reach (tests compare with exhaustive
-search), so the optimum is never pruned — `margin` covers the one non-steady-state effect, a
-short run at a rate slightly above capacity whose queue has not yet broken the SLO.
+Every bound is an upper bound on a deployment's sustainable throughput, and goodput is a
+steady-state rate (hastune.stability), so goodput ≤ bound × margin with the margin derived from
+the probe's tolerances (`derived_margin`); the optimum is never pruned (tests compare with
+exhaustive search on generated recipes).
 """
 
 from __future__ import annotations
@@ -28,7 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hastune.config import EPD_FAMILY, AnyConfig, EPDConfig, FuDGConfig, parse_config
+from hastune.config import (
+    EPD_FAMILY,
+    AnyConfig,
+    EPDConfig,
+    FuDGConfig,
+    config_dict,
+    parse_config,
+)
 from hastune.errors import InputError
 from hastune.profile import Profile
 from hastune.recipe import Recipe
@@ -48,7 +56,7 @@ class Candidate:
     goodput: float | None = None     # when simulated during pruning
 
     def as_dict(self) -> dict:
-        d = {"config": self.config.model_dump(exclude={"kind", "name"}, exclude_none=True),
+        d = {"config": config_dict(self.config),
              "bound_rps": self.bound, "stage_bounds_rps": self.stages}
         if self.goodput is not None:
             d["goodput_rps"] = self.goodput
@@ -61,7 +69,7 @@ class PruneReport:
     kept: list[Candidate]
     removed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RULES, 0))
     lower_bound: float = 0.0
-    margin: float = 1.25
+    margin: float = 1.0
 
     def as_dict(self, top: int | None = None) -> dict:
         kept = self.kept if top is None else self.kept[:top]
@@ -270,9 +278,21 @@ def _raw_combos(space: SearchSpace, budget: int):
                    **dict(zip(others, values))}
 
 
+def derived_margin(recipe: Recipe) -> float:
+    """How far a goodput may exceed a capacity bound: (1 + tolerance) / (1 − shortfall).
+
+    A passing probe at rate Λ was stable: its departures kept within `shortfall` of its
+    arrivals, and no deployment departs faster than its capacity μ, so Λ·(1 − shortfall) ≤ μ
+    over the measured window; one step of the rate grid (`tolerance`) covers a window whose
+    arrivals came in below the nominal rate (bursts). So goodput ≤ bound × margin for any
+    bound ≥ μ (tests/test_prune_soundness.py checks it on generated recipes)."""
+    ev = recipe.evaluator
+    return (1.0 + ev.tolerance) / (1.0 - ev.shortfall)
+
+
 def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace,
           evaluate: Callable[[Config], float] | None = None, probe_top: int = 3,
-          margin: float = 1.25,
+          margin: float | None = None,
           runnable: Callable[[Config], bool] | None = None,
           lower_bound: float = 0.0) -> PruneReport:
     """Apply the rules in order; `evaluate(config) → goodput` (the simulator) supplies the
@@ -281,6 +301,8 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
     under the `engine` rule, before anything is probed. `lower_bound`: a goodput already
     reached (another architecture's probes in the same study): the capacity rule uses the
     larger of it and this space's own probes — any reached goodput bounds the optimum below."""
+    if margin is None:
+        margin = derived_margin(recipe)
     b = Bounds(recipe, profile, reqs)
     removed = dict.fromkeys(RULES, 0)
     total = 0

@@ -2,7 +2,9 @@
 measures goodput from real timestamps, with the same goodput search as the simulator.
 
 Short runs: `requests` per probe (default 120), each probe's arrivals capped at `max_span_s`
-seconds, 10% tolerance, ≤ 8 probes — a real probe costs seconds, not milliseconds. The engine
+seconds, 10% tolerance, ≤ 8 probes — a real probe costs seconds, not milliseconds. Each probe
+carries the simulator's stability verdict (hastune.stability) with a wider shortfall (10%);
+a real probe is not extended. The engine
 starts once per deployment and serves every probe. torch loads only in the worker processes.
 """
 
@@ -16,6 +18,7 @@ from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.recipe import Recipe
 from hastune.sim.result import RunResult
+from hastune.stability import Stability, not_judged
 from hastune.workload import RequestSet, sample_requests
 
 Config = EPDConfig | EPDStaticConfig | NoDGConfig | PaDGConfig
@@ -26,6 +29,7 @@ class RealOptions:
     requests: int = 120
     max_span_s: float = 20.0
     tolerance: float = 0.1
+    shortfall: float = 0.1          # stability: short real runs are noisier than simulated ones
     max_probes: int = 8
     warmup: float = 0.1
     device: str = "cpu"
@@ -105,11 +109,23 @@ class RealEvaluation:
         eng = self._engine(config, config_path)
         jobs, offsets = jobs_from(self.requests_at(rate), rate, self.vocab, self.seed)
         rec = eng.run(jobs, offsets, rate)  # type: ignore[attr-defined]
-        return to_result(rec, self.opts.warmup)
+        run = to_result(rec, self.opts.warmup)
+        run.verdict = self.judge(run)
+        return run
+
+    def judge(self, run: RunResult) -> Stability:
+        """The stability verdict on a real run (hastune.stability), with the wider
+        `shortfall` a short real run needs; not judged in closed loop or under a schedule."""
+        wl = self.recipe.workload
+        if wl.arrival.process == "closed":
+            return not_judged("closed loop: the clients wait for the system")
+        if wl.rate_schedule is not None:
+            return not_judged("rate schedule: the load is not stationary by design")
+        return run.stability(self.recipe.slo, self.opts.shortfall)
 
     def goodput(self, config: Config, config_path: object = None,
                 on_probe: Callable[[Probe], None] | None = None,
-                incumbent: float | None = None) -> GoodputResult:
+                incumbent: float | None = None, early_stop: bool = False) -> GoodputResult:
         from runners.engine.modes import check_config
 
         check_config(config, config_path)  # before any probe: tp/pp/mitosis the engine lacks
@@ -118,7 +134,8 @@ class RealEvaluation:
             return search_goodput(lambda r: self.run(config, r, config_path), self.recipe.slo,
                                   start_rate=start, tolerance=self.opts.tolerance,
                                   max_probes=self.opts.max_probes, on_probe=on_probe,
-                                  incumbent=incumbent, min_rate=0.05, max_rate=1e3)
+                                  incumbent=incumbent, early_stop=early_stop, min_rate=0.05,
+                                  max_rate=1e3)
         finally:
             self.close()
 

@@ -242,14 +242,24 @@ class SLO(_Strict):
 
 class Evaluator(_Strict):
     kind: Literal["sim"] = "sim"
-    tolerance: float = Field(default=0.02, gt=0, lt=1, description="relative bisection width")
-    max_probes: int = Field(default=30, ge=3)
+    tolerance: float = Field(default=0.02, gt=0, lt=1,
+                             description="relative step of the rate grid the search bisects on")
+    max_probes: int = Field(default=40, ge=3)
     start_rate: float | None = Field(default=None, gt=0, description="first rate tried (req/s)")
     min_span: float = Field(
-        default=5.0, ge=0,
-        description="each probe's arrivals span at least this many zero-load request lifetimes "
-                    "(more requests at high rates), so a run reaches steady state")
-    max_requests: int = Field(default=50_000, gt=0, description="cap on requests per probe")
+        default=20.0, ge=0,
+        description="each probe's arrivals span at least this many request lifetimes — the "
+                    "longer of the zero-load lifetime and the SLO lifetime (TTFT SLO + TPOT "
+                    "SLO × (mean output tokens − 1)) — so a run reaches and shows steady state")
+    max_requests: int = Field(default=200_000, gt=0, description="cap on requests per probe")
+    shortfall: float = Field(
+        default=0.03, gt=0, lt=1,
+        description="stability: a probe whose departures fall short of its arrivals by more "
+                    "than this share (last two thirds of the window) is unstable")
+    extend: float = Field(
+        default=16.0, ge=1,
+        description="stability: a probe whose window disagrees with itself is run again, twice "
+                    "as long each time, up to this many times the min_span window")
 
 
 ArchName = Literal["epd", "epd-static", "padg", "nodg", "fudg"]

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hastune.config import AnyConfig, parse_config
+from hastune.config import AnyConfig, config_dict, parse_config
 from hastune.errors import InputError, from_pydantic
 from hastune.yamlio import read_yaml_mapping
 
@@ -142,8 +142,7 @@ class SearchSpace(BaseModel):
 
 def config_key(cfg: AnyConfig) -> tuple:
     """Identity of a configuration (for caching and de-duplication)."""
-    d = cfg.model_dump(exclude={"kind", "name"})
-    return tuple(sorted((k, v) for k, v in d.items()))
+    return tuple(sorted(config_dict(cfg).items()))
 
 
 def load_space(path: str | Path) -> SearchSpace:

@@ -53,9 +53,15 @@ def evaluate(
     def show(p) -> None:
         if not as_json:
             mark = "[green]pass[/]" if p.passed else "[red]fail[/]"
-            con.print(f"  rate {p.rate:9.3f} req/s  TTFT P{pct:g} {fmt_s(p.ttft_p):>10}  "
-                      f"TPOT P{pct:g} {fmt_s(p.tpot_p):>10}  "
-                      f"attainment {p.attainment:6.1%}  {mark}")
+            v = p.stability
+            why = ""
+            if v is not None and v.judged:
+                why = ("  steady" if v.stable else f"  [yellow]unstable: {v.reason}[/]")
+            elif v is not None and "stopped" in v.reason:
+                why = f"  ({v.reason})"
+            con.print(f"  rate {p.rate:9.3f} req/s  {p.requests:7d} req  "
+                      f"TTFT P{pct:g} {fmt_s(p.ttft_p):>10}  TPOT P{pct:g} {fmt_s(p.tpot_p):>10}"
+                      f"  attainment {p.attainment:6.1%}  {mark}{why}")
 
     t0 = time.perf_counter()
     if not as_json:
@@ -69,7 +75,8 @@ def evaluate(
                 "goodput_per_gpu": res.goodput_rps / cfg.gpus, "seed": ev.seed,
                 "evaluator": evaluator, "wall_s": wall})
     if evaluator == "sim":
-        out.update({"requests_per_probe": len(ev.requests), "profile": ev.profile.name})
+        out.update({"requests_per_probe": len(ev.requests), "profile": ev.profile.name,
+                    "probe_span_s": ev.span_s})
     if res.best_run is not None:
         out["at_goodput"] = {k: v for k, v in res.best_run.summary(rec.slo).items()
                              if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}
@@ -80,7 +87,9 @@ def evaluate(
     tab.add_row("goodput", f"[bold]{res.goodput_rps:.3f} req/s[/] "
                 f"({res.goodput_rps / cfg.gpus:.3f} per GPU)")
     tab.add_row("criterion", f"{res.criterion}, P{pct:g}, tolerance {res.tolerance:.0%}")
-    tab.add_row("probes", f"{len(res.probes)} in {wall:.2f} s")
+    tab.add_row("probes", f"{len(res.probes)} in {wall:.2f} s" + (
+        f", each at least {ev.span_s:.4g} s of arrivals (min_span × request lifetime)"
+        if evaluator == "sim" else ""))
     if not res.bracketed:
         tab.add_row("note", "[yellow]the search hit its rate limit; the bound is not exact[/]")
     con.print(tab)

@@ -17,14 +17,20 @@ def simulate(
     recipe: Path = typer.Argument(..., help="recipe YAML"),
     config: Path = typer.Option(..., "--config", "-c", help="deployment config YAML"),
     rate: float = typer.Option(..., "--rate", "-r", help="arrival rate, requests/s"),
-    requests: int | None = typer.Option(None, "--requests", "-n", help="requests to simulate"),
+    requests: int | None = typer.Option(
+        None, "--requests", "-n", help="requests to simulate at least (a run is made as long as "
+        "a goodput probe at this rate: min_span request lifetimes, longer while unsettled)"),
     seed: int | None = typer.Option(None, "--seed", help="override the recipe's seed"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Simulate a deployment at one arrival rate: TTFT/TPOT, SLO attainment, utilisation."""
+    """Simulate a deployment at one arrival rate: TTFT/TPOT, SLO attainment, utilisation, and
+    whether the run is a steady state (the probe a goodput search would make at this rate)."""
     rec, cfg, ev = load_inputs(recipe, config, requests, seed)
     run = ev.run(cfg, rate, config)
     s = run.summary(rec.slo)
+    if run.verdict is not None:
+        s["stability"] = run.verdict.as_dict()
+        s["passes"] = s["slo_met"] and run.verdict.stable
     s.update({"architecture": cfg.architecture, "seed": ev.seed, "wall_s": run.wall_s,
               "percentile": rec.slo.percentile, "profile": ev.profile.name})
     if as_json:
@@ -51,3 +57,10 @@ def simulate(
     con.print(f"SLO attainment {s['attainment']:.1%}; P{rec.slo.percentile:g} {verdict} the SLOs; "
               f"{s['completed']} completed, {s['rejected']} rejected; "
               f"simulated {s['requests']} requests in {run.wall_s:.3f} s")
+    if run.verdict is not None and not run.verdict.judged:
+        con.print(f"steady state: not judged ({run.verdict.reason})")
+    elif run.verdict is not None:
+        v = run.verdict
+        mark = "[green]stable[/]" if v.stable else "[red]unstable[/]"
+        con.print(f"steady state: {mark} ({v.reason}); throughput {v.throughput_rps:.4g} of "
+                  f"{v.arrival_rps:.4g} req/s arriving over the last two thirds")

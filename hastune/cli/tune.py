@@ -15,6 +15,7 @@ from rich.table import Table
 
 from hastune.cli import app
 from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps
+from hastune.config import config_dict, parse_config
 from hastune.errors import InputError
 
 EXIT_NO_CONFIG = 3
@@ -22,10 +23,15 @@ EXIT_REGRESSION = 4
 
 
 def _fmt_cfg(cfg: dict | None) -> str:
+    """A config in one line: its architecture and the knobs not at their defaults."""
     if not cfg:
         return "-"
-    skip = {"architecture", "kind", "name", "sm_budget", "max_gap_ms", "p"}
-    return f"{cfg['architecture']} " + " ".join(f"{k}={v}" for k, v in cfg.items()
+    try:
+        d = parse_config(cfg).model_dump(exclude_defaults=True)
+    except InputError:
+        d = dict(cfg)
+    skip = {"architecture", "kind", "name"}
+    return f"{cfg['architecture']} " + " ".join(f"{k}={v}" for k, v in d.items()
                                                   if k not in skip)
 
 
@@ -97,6 +103,9 @@ def tune(
                                   "ranking, no warm start (plain Bayesian optimisation)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     no_plots: bool = typer.Option(False, "--no-plots", help="skip the PNG plots"),
+    early_stop: bool = typer.Option(False, "--early-stop", help="a trial that fails at the "
+                                    "best goodput so far stops at a coarse value (fewer probes; "
+                                    "its recorded goodput is then a passing rate, not exact)"),
     baseline: Path | None = typer.Option(None, "--baseline",
                                          help="a previous summary.json to compare against"),
     max_regression: float = typer.Option(0.05, "--max-regression",
@@ -122,7 +131,8 @@ def tune(
     rec = load_recipe(recipe)
     opts = TuneOptions(trials=trials, sampler=sampler, evaluator=evaluator, storage=storage,
                        study=study, workers=workers, out=str(out), seed=seed,
-                       prune=not no_prune, backend=backend, ray_address=ray_address)
+                       prune=not no_prune, backend=backend, ray_address=ray_address,
+                       early_stop=early_stop)
     from hastune.tune.samplers import make_sampler
 
     make_sampler(sampler, 0)  # unknown sampler / missing torch: fail before any work
@@ -227,7 +237,9 @@ def prune_cmd(
     top: int = typer.Option(10, "--top", help="candidates to list"),
     probe_top: int = typer.Option(3, "--probe-top",
                                   help="best-bounded candidates simulated for the lower bound"),
-    margin: float = typer.Option(1.25, "--margin", help="allowance for short-run transients"),
+    margin: float | None = typer.Option(
+        None, "--margin", help="capacity-rule allowance: keep a configuration whose bound × "
+        "margin reaches the lower bound (default: (1 + tolerance) / (1 − shortfall))"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Stage 1 alone: how many configurations each rule removes, and the survivors by bound."""
@@ -259,7 +271,7 @@ def prune_cmd(
     for arch, rep in reports.items():
         con.print(f"[bold]{arch}[/]: {rep.total} configurations → {len(rep.kept)} kept "
                   f"(lower bound {rep.lower_bound:.3f} req/s from {probe_top} probes, "
-                  f"margin {rep.margin})")
+                  f"margin {rep.margin:.3f})")
         left = rep.total
         for rule, n in rep.removed.items():
             left -= n
@@ -268,8 +280,7 @@ def prune_cmd(
         for c in ("config", "bound", "encode", "prefill", "decode", "network", "simulated"):
             t.add_column(c, justify="right" if c != "config" else "left")
         for c in rep.kept[:top]:
-            d = c.config.model_dump(exclude_none=True)
-            t.add_row(_fmt_cfg(d), f"{c.bound:.2f}",
+            t.add_row(_fmt_cfg(config_dict(c.config)), f"{c.bound:.2f}",
                       *(f"{c.stages[s]:.1f}" for s in ("encode", "prefill", "decode", "network")),
                       "-" if c.goodput is None else f"{c.goodput:.2f}")
         con.print(t)

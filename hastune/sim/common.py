@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from heapq import heappop, heappush
 from itertools import count
 
@@ -79,6 +80,57 @@ class Arrivals:
         return ta, r
 
 
+@dataclass(frozen=True)
+class StopRule:
+    """When a run may stop early: once more than the allowed share of its measured requests
+    (after the first `warmup` share) are known to miss the TTFT SLO, or the TPOT SLO, the
+    percentile (or attainment) criterion fails whatever the rest of the run does. Known to
+    miss: a first token later than the SLO, or none yet and older than the SLO; a TPOT over
+    the SLO, or decoding still and already slower than it."""
+
+    ttft_s: float
+    tpot_s: float
+    quantile: float        # 0.9 for P90; the attainment share for criterion attainment
+    union: bool            # attainment: a request missing either SLO counts once
+    warmup: float
+
+
+class Watcher:
+    """Applies a StopRule to one run's request lists, every `every` arrivals."""
+
+    __slots__ = ("rule", "arr", "t_first", "t_last", "out", "w", "allowed", "every")
+
+    def __init__(self, rule: StopRule, arr: list[float], t_first: list[float],
+                 t_last: list[float], out_tok: list[int]):
+        n = len(arr)
+        self.rule, self.arr = rule, np.asarray(arr, dtype=float)
+        self.t_first, self.t_last = t_first, t_last
+        self.out = np.asarray(out_tok, dtype=float)
+        self.w = int(rule.warmup * n)
+        self.allowed = (1.0 - rule.quantile) * (n - self.w) + 1.0
+        self.every = max(256, n // 64)
+
+    def failed(self, i: int, t: float) -> bool:
+        """Whether the requests arrived so far (i of them) already fail the run at time t."""
+        w, rule = self.w, self.rule
+        if i - w <= self.allowed:
+            return False
+        a = self.arr[w:i]
+        tf = np.array(self.t_first[w:i], dtype=float)
+        waiting = np.isnan(tf)
+        late = np.where(waiting, t - a, tf - a) > rule.ttft_s
+        if not rule.union and late.sum() > self.allowed:
+            return True
+        tl = np.array(self.t_last[w:i], dtype=float)
+        steps = np.maximum(self.out[w:i] - 1.0, 1.0)
+        with np.errstate(invalid="ignore"):
+            pace = np.where(np.isnan(tl), t - tf, tl - tf) / steps
+        slow = (self.out[w:i] > 1) & ~waiting & (pace > rule.tpot_s)
+        if rule.union:
+            return bool((late | slow).sum() > self.allowed)
+        return bool(slow.sum() > self.allowed)
+
+
 class EventLoop:
     """One run's event heap of (time, priority, sequence, kind, a, b) tuples (the order of
     hastune.sim.events), merged with the run's arrivals `arr` (an `Arrivals`' times; with
@@ -94,7 +146,8 @@ class EventLoop:
     thing that happened and `popped` the heap events taken; during it, `arrived` counts the
     pre-computed arrivals seen so far."""
 
-    __slots__ = ("heap", "seq", "arr", "n_open", "feed", "closed", "arrived", "t", "popped")
+    __slots__ = ("heap", "seq", "arr", "n_open", "feed", "closed", "arrived", "t", "popped",
+                 "watcher", "stopped")
 
     def __init__(self, reqs: RequestSet, rate: float, closed_loop: bool = True):
         self.heap: list[tuple] = []
@@ -113,6 +166,14 @@ class EventLoop:
         self.arrived = 0
         self.t = 0.0
         self.popped = 0
+        self.watcher: Watcher | None = None
+        self.stopped = False
+
+    def watch(self, rule: StopRule | None, t_first: list[float], t_last: list[float],
+              out_tok: list[int]) -> None:
+        """Stop the run once `rule` says it has failed whatever comes next (open loop)."""
+        if rule is not None and not self.closed:
+            self.watcher = Watcher(rule, self.arr, t_first, t_last, out_tok)
 
     def span(self) -> float:
         """Seconds from the first arrival to the end of the run (after `events`)."""
@@ -131,10 +192,17 @@ class EventLoop:
         """The heap's events in time order; the pre-computed arrivals in between go to
         `arrive`."""
         heap, arr, n_open = self.heap, self.arr, self.n_open
+        watcher = self.watcher
+        check = watcher.every if watcher is not None else n_open + 1  # arrivals between checks
         i = 0
         popped = 0
         t = 0.0
         while True:
+            if i >= check:
+                if watcher.failed(i, t):  # type: ignore[union-attr]
+                    self.stopped = True
+                    break
+                check = i + watcher.every  # type: ignore[union-attr]
             if heap:
                 ev = heap[0]
                 if i < n_open:
@@ -183,21 +251,35 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
     tf = np.array(t_first, dtype=float)
     tl = np.array(t_last, dtype=float)
     outs = np.array(out_tok, dtype=float)
+    w = int(warmup * n)
+    ex = dict(extra or {})
+    if loop.stopped:
+        # stopped early (StopRule): the requests that arrived, with lower bounds for those
+        # still in the system — enough to fail, as the rule found
+        m = loop.arrived
+        a, tf, tl, outs = a[:m], tf[:m], tl[:m], outs[:m]
+        finish = tl
+        tl = np.where(np.isnan(tl) & ~np.isnan(tf), loop.t, tl)
+        tf = np.where(np.isnan(tf), loop.t, tf)
+        rejected = [r for r in rejected if r < m]
+        ex["stopped_early_s"] = loop.t
+    else:
+        finish = tl
     ttft = tf - a
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(outs > 1, (tl - tf) / np.maximum(outs - 1, 1), np.nan)
     if rejected:
         ttft[rejected] = np.inf
         tpot[rejected] = np.inf
-    w = int(warmup * n)
-    ex = dict(extra or {})
     # throughput while requests were still arriving (in closed loop: while every client was
     # busy): measured completions up to the last arrival, over that stretch
-    if load_stats and n > w + 1:
+    n = len(a)
+    if load_stats and n > w + 1 and not loop.stopped:
         t0, t1 = float(a[w]), float(a.max())
         if t1 > t0:
             ex["throughput_rps"] = float(((tl[w:] >= t0) & (tl[w:] <= t1)).sum()) / (t1 - t0)
-    if load_stats and n:  # the most requests in the system at once (closed loop: the concurrency)
+    if load_stats and n and not loop.stopped:
+        # the most requests in the system at once (closed loop: the concurrency)
         fin = np.where(np.isfinite(tl), tl, a)
         ev = np.concatenate([np.stack([a, np.ones(n)], 1), np.stack([fin, -np.ones(n)], 1)])
         ev = ev[np.lexsort((ev[:, 1], ev[:, 0]))]  # at equal times, leave before arriving
@@ -205,4 +287,4 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
     return RunResult(rate=rate, ttft=ttft, tpot=tpot, warmup=w, rejected=len(rejected),
                      utilisation=utilisation, sim_time_s=span,
                      events=loop.popped + loop.n_open, wall_s=time.perf_counter() - wall0,
-                     extra=ex)
+                     extra=ex, arrival=a, finish=finish)

@@ -23,7 +23,7 @@ from hastune.cluster import Cluster
 from hastune.config import EPDConfig, EPDStaticConfig
 from hastune.policies import DeficitRouter, PoissonGapBatcher, SMPartitioner, TimeoutBatcher
 from hastune.profile import Profile, interp_curve
-from hastune.sim.common import EventLoop, build_result, check_gpus, request_lists
+from hastune.sim.common import EventLoop, StopRule, build_result, check_gpus, request_lists
 from hastune.sim.decode import DecodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER
 from hastune.sim.network import Network
@@ -36,6 +36,8 @@ ENC_DONE, ENC_TIMER, PF_ARRIVE, PF_DONE, DEC_ARRIVE, DEC_WAKE = range(6)
 
 class EPDSimulator:
     """Simulates one epd / epd-static deployment; `run(requests, rate)` is deterministic."""
+
+    stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
 
     def __init__(self, profile: Profile, cluster: Cluster, config: EPDConfig | EPDStaticConfig,
                  warmup: float = 0.1):
@@ -58,6 +60,7 @@ class EPDSimulator:
         loop = EventLoop(reqs, rate, closed_loop=False)  # open loop only
         heap, seq = loop.heap, loop.seq
         pre_tok, enc_tok, out_tok, _, t_first, t_last, rejected = request_lists(reqs)
+        loop.watch(self.stop_rule, t_first, t_last, out_tok)
         llm_tok = reqs.llm_tokens.tolist()
 
         n_E, n_P, n_D = cfg.n_E, cfg.n_P, cfg.n_D

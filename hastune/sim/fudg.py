@@ -24,7 +24,7 @@ from hastune.cluster import Cluster
 from hastune.config import FuDGConfig
 from hastune.profile import Profile
 from hastune.recipe import SLO
-from hastune.sim.common import EventLoop, build_result, check_gpus, request_lists
+from hastune.sim.common import EventLoop, StopRule, build_result, check_gpus, request_lists
 from hastune.sim.decode import DecodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE
 from hastune.sim.instance import InstanceTiming
@@ -65,6 +65,8 @@ def place(cfg: FuDGConfig) -> tuple[list[int], list[int]]:
 class FuDGSimulator:
     """Simulates one fudg deployment; `run(requests, rate)` is deterministic."""
 
+    stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
+
     def __init__(self, profile: Profile, cluster: Cluster, config: FuDGConfig,
                  warmup: float = 0.1, slo: SLO | None = None):
         check_gpus(config, cluster)
@@ -82,6 +84,7 @@ class FuDGSimulator:
         loop = EventLoop(reqs, rate)
         heap, seq, done = loop.heap, loop.seq, loop.finished
         pre_tok, enc_tok, out_tok, mm, t_first, t_last, rejected = request_lists(reqs)
+        loop.watch(self.stop_rule, t_first, t_last, out_tok)
         src_of = [0] * len(reqs)
         net = DuplexNetwork(cluster, cfg.gpus)
         ptm, dtm = self.ptm, self.dtm

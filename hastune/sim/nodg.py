@@ -31,6 +31,7 @@ from hastune.recipe import SLO
 from hastune.sim.common import (
     ARRIVE,
     EventLoop,
+    StopRule,
     build_result,
     check_gpus,
     request_lists,
@@ -73,6 +74,8 @@ class _Replica:
 class NoDGSimulator:
     """Simulates one nodg deployment; `run(requests, rate)` is deterministic."""
 
+    stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
+
     def __init__(self, profile: Profile, cluster: Cluster, config: NoDGConfig,
                  warmup: float = 0.1, slo: SLO | None = None):
         check_gpus(config, cluster)
@@ -87,6 +90,7 @@ class NoDGSimulator:
         loop = EventLoop(reqs, rate)
         heap, seq = loop.heap, loop.seq
         pre_tok, enc_tok, out_tok, mm, t_first, t_last, rejected = request_lists(reqs)
+        loop.watch(self.stop_rule, t_first, t_last, out_tok)
         where = [0] * len(reqs)
         reps = [_Replica(tm) for tm in self.timings]
         for r in reps:

@@ -32,7 +32,7 @@ from hastune.policies import Admission, SlackTracker
 from hastune.policies.rolling import pick_macro as pick_macro_wrr
 from hastune.profile import Profile
 from hastune.recipe import SLO
-from hastune.sim.common import ARRIVE, EventLoop, build_result, check_gpus, request_lists
+from hastune.sim.common import ARRIVE, EventLoop, StopRule, build_result, check_gpus, request_lists
 from hastune.sim.events import PRIO_DONE, PRIO_TIMER
 from hastune.sim.instance import InstanceTiming
 from hastune.sim.padg_state import DECODE, PREFILL, SWITCHING, Inst, Macro
@@ -46,6 +46,8 @@ SWITCH, DEC, PF_DONE, PF_NEXT, RETRY, SCALE, READY = range(1, 8)
 class PaDGSimulator:
     """Simulates one padg deployment; `run(requests, rate)` is deterministic. After a run,
     `last` holds the instances and macro-instances (tests and the mitosis timeline read it)."""
+
+    stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
 
     def __init__(self, profile: Profile, cluster: Cluster, config: PaDGConfig,
                  warmup: float = 0.1, slo: SLO | None = None):
@@ -73,6 +75,7 @@ class PaDGSimulator:
         loop = EventLoop(reqs, rate)
         arr, heap, seq, done = loop.arr, loop.heap, loop.seq, loop.finished
         pre, enc_tok, out_tok, mm, t_first, t_last, rejected = request_lists(reqs)
+        loop.watch(self.stop_rule, t_first, t_last, out_tok)
         home = [-1] * n        # the instance that admitted each request ...
         decoded_on = [-1] * n  # ... and the one that produced its last token
         refused = [0, 0, 0, 0]  # admission attempts refused by check 1, 2, 3

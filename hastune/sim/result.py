@@ -7,12 +7,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hastune.recipe import SLO
+from hastune.stability import SHORTFALL, Stability, assess, meets, not_judged
 
 
 @dataclass
 class RunResult:
     """Per-request TTFT/TPOT (seconds) of one run at one rate. Rejected requests have TTFT and
-    TPOT = inf; requests with one output token have TPOT = nan (no inter-token time)."""
+    TPOT = inf; requests with one output token have TPOT = nan (no inter-token time).
+    `arrival` and `finish` (when known): each request's arrival and last-token times, which
+    the stability verdict reads (hastune.stability)."""
 
     rate: float
     ttft: np.ndarray
@@ -24,6 +27,9 @@ class RunResult:
     events: int = 0
     wall_s: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
+    arrival: np.ndarray | None = None
+    finish: np.ndarray | None = None
+    verdict: Stability | None = None  # the evaluator's stability verdict, when it judged
 
     @property
     def measured(self) -> slice:
@@ -54,10 +60,18 @@ class RunResult:
         return float(ok.mean()) if ok.size else 0.0
 
     def passes(self, slo: SLO) -> bool:
-        if slo.criterion == "attainment":
-            return self.attainment(slo) >= slo.attainment
-        return (self.percentile("ttft", slo.percentile) <= slo.ttft_s
-                and self.percentile("tpot", slo.percentile) <= slo.tpot_s)
+        att = slo.attainment if slo.criterion == "attainment" else None
+        m = self.measured
+        return meets(self.ttft[m], self.tpot[m], slo.ttft_s, slo.tpot_s, slo.percentile, att)
+
+    def stability(self, slo: SLO, shortfall: float = SHORTFALL, final: bool = True
+                  ) -> Stability:
+        """Whether this run is a steady state (hastune.stability)."""
+        if self.arrival is None or self.finish is None:
+            return not_judged("the run has no arrival and finish times")
+        att = slo.attainment if slo.criterion == "attainment" else None
+        return assess(self.arrival, self.finish, self.ttft, self.tpot, self.warmup,
+                      slo.ttft_s, slo.tpot_s, slo.percentile, att, shortfall, final)
 
     def summary(self, slo: SLO) -> dict:
         def stats(x: np.ndarray) -> dict[str, float]:

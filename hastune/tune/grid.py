@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from hastune.config import parse_config
+from hastune.config import config_dict, parse_config
 from hastune.evaluate import Evaluation
 from hastune.prune import Bounds, prune
 from hastune.recipe import load_recipe
@@ -43,7 +43,7 @@ def run_grid(recipe_path: str | Path, prune_first: bool = True, workers: int = 1
             all_ = list(space.configs(rec.cluster.gpus))
             total += len(all_)
             cfgs += [c for c in all_ if bounds.memory_ok(c)]
-    dicts = [c.model_dump(exclude={"kind", "name"}, exclude_none=True) for c in cfgs]
+    dicts = [config_dict(c) for c in cfgs]
     if workers > 1:
         with mp.get_context("spawn").Pool(workers, _init, (str(recipe_path),)) as pool:
             vals = pool.map(_goodput, dicts, chunksize=4)

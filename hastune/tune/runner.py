@@ -21,10 +21,10 @@ from typing import Any
 
 import optuna
 
-from hastune.config import EPDConfig, EPDStaticConfig, parse_config
+from hastune.config import EPDConfig, EPDStaticConfig, config_dict, parse_config
 from hastune.errors import InputError
 from hastune.evaluate import Evaluation
-from hastune.prune import RULES, Bounds, prune
+from hastune.prune import RULES, Bounds, derived_margin, prune
 from hastune.recipe import Recipe, load_recipe
 from hastune.space import space_for
 from hastune.tune.params import Parametrization
@@ -53,15 +53,15 @@ class TuneOptions:
     seed: int | None = None
     prune: bool = True
     probe_top: int = 3
-    margin: float = 1.25
+    margin: float | None = None     # capacity-rule margin; None: derived (prune.derived_margin)
+    early_stop: bool = False        # a trial failing at the incumbent gets a coarse value
     warm_start: int = 5
     backend: str = "local"          # the engine's, with evaluator real
     ray_address: str | None = None
 
 
 def config_key(cfg: Config) -> str:
-    return json.dumps(cfg.model_dump(exclude={"kind", "name"}, exclude_none=True),
-                      sort_keys=True)
+    return json.dumps(config_dict(cfg), sort_keys=True)
 
 
 def evaluated_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -114,6 +114,7 @@ class Tuner:
                        for a in recipe.architectures}
         self.pz = Parametrization(self.spaces, recipe.cluster.gpus)
         self.bounds = Bounds(recipe, self.ev.profile, self.ev.requests)
+        self.margin = derived_margin(recipe) if opts.margin is None else opts.margin
         self.study_name = opts.study or f"{recipe.name}-{'+'.join(recipe.architectures)}"
         self.prepared: Prepared | None = None
 
@@ -153,7 +154,7 @@ class Tuner:
                 if self.opts.prune:
                     rep = prune(self.recipe, self.ev.profile, self.ev.requests, space,
                                 evaluate=lambda c: self._record(study, c, on_trial),
-                                probe_top=self.opts.probe_top, margin=self.opts.margin,
+                                probe_top=self.opts.probe_top, margin=self.margin,
                                 lower_bound=report["lower_bound_rps"],
                                 runnable=self.runnable if self.opts.evaluator == "real"
                                 else None)
@@ -176,7 +177,7 @@ class Tuner:
                 lb = report["lower_bound_rps"]
                 probed = {t.user_attrs.get("key") for t in evaluated_trials(study)}
                 keep = [(b, c) for b, c in cands
-                        if b * self.opts.margin >= lb or config_key(c) in probed]
+                        if b * self.margin >= lb or config_key(c) in probed]
                 report["rules"]["capacity"] += len(cands) - len(keep)
                 cands = self._diversified(keep)
             # without pruning, no bound ranking either: plain BO from the space's own order
@@ -240,7 +241,8 @@ class Tuner:
         t0 = time.perf_counter()
         trial.set_user_attr("worker", worker_id())
         try:
-            res = self.evaluator.goodput(cfg, incumbent=incumbent)
+            res = self.evaluator.goodput(cfg, incumbent=incumbent,
+                                         early_stop=self.opts.early_stop)
         except BaseException:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             raise

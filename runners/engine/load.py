@@ -43,4 +43,6 @@ def to_result(rec: RunRecord, warmup: float) -> RunResult:
     n = len(ttft)
     return RunResult(rate=rec.rate, ttft=ttft, tpot=tpot, warmup=int(warmup * n),
                      rejected=len(rec.failed), wall_s=rec.wall_s,
-                     extra={"failed": float(len(rec.failed)), **rec.overhead})
+                     extra={"failed": float(len(rec.failed)), **rec.overhead},
+                     arrival=np.asarray(rec.arrival, dtype=float),
+                     finish=np.asarray(rec.last, dtype=float))

@@ -27,13 +27,13 @@ def test_deterministic_for_a_seed(audio_eval):
 
 def test_every_request_completes_with_sane_latencies(audio_eval):
     run = audio_eval.run(cfg(), 10.0)
-    assert run.completed == len(audio_eval.requests) and run.rejected == 0
+    assert run.completed == len(run.ttft) >= len(audio_eval.requests) and run.rejected == 0
     assert np.all(run.ttft > 0)
     prof = audio_eval.profile
     # TPOT can never beat one decode step of a batch of one
     assert np.nanmin(run.tpot) >= prof.decode.fixed_s
     # TTFT is at least the request's own prefill on a whole GPU
-    pre = audio_eval.requests.prefill_tokens
+    pre = audio_eval.requests_at(10.0, len(run.ttft)).prefill_tokens
     assert np.all(run.ttft >= prof.prefill.per_token_s * pre)
     for stage, u in run.utilisation.items():
         assert 0.0 <= u <= 1.0 + 1e-9, stage

@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def small_recipe(tmp_path) -> Path:
-    """The audio example on 4 GPUs with short probes: a space of ~70 configurations."""
+    """The audio example on 5 GPUs with short probes: 200 configurations, 28 survive pruning."""
     data = yaml.safe_load((ROOT / "examples" / "audio-ultravox-8xa100.yaml").read_text())
-    data["cluster"]["gpus"] = 4
+    data["cluster"]["gpus"] = 5
     data["workload"]["requests"] = 300
     data["evaluator"] = {"min_span": 2.0}
     p = tmp_path / "small.yaml"
