@@ -30,6 +30,7 @@ from hastune.tune.runner import TuneOptions, Tuner, config_key
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ["audio-ultravox-8xa100.yaml", "image-llava-8xa100.yaml", "video-qwen-8xa100.yaml"]
+GOODPUT_CODE = ("goodput.py", "stability.py", "evaluate.py", "recipe.py", "sim/common.py")
 METHODS = {  # name: (sampler, prune)
     "HAS-tpe": ("tpe", True),
     "HAS-gp": ("gp", True),
@@ -53,7 +54,10 @@ def _grid_one(args: tuple[str, dict]) -> float:
 def exhaustive(recipe_path: Path) -> dict[str, float]:
     rec = load_recipe(recipe_path)
     prof = rec.load_profile()
-    h = hashlib.sha256(recipe_path.read_bytes() + Path(prof.path).read_bytes()).hexdigest()[:12]
+    # keyed by the recipe, the profile and the code that defines a goodput
+    code = b"".join((ROOT / "hastune" / f).read_bytes() for f in GOODPUT_CODE)
+    h = hashlib.sha256(recipe_path.read_bytes() + Path(prof.path).read_bytes()
+                       + code).hexdigest()[:12]
     cache = ROOT / "benchmarks" / ".cache" / f"grid-{recipe_path.stem}-{h}.json"
     if cache.exists():
         return json.loads(cache.read_text())
@@ -80,7 +84,7 @@ def run_method(recipe_path: Path, table: dict[str, float], sampler: str, prune: 
                   TuneOptions(trials=budget, sampler=sampler, prune=prune, seed=seed,
                               storage="memory", study=f"{sampler}-{prune}-{seed}"))
 
-    def lookup(cfg, config_path=None, on_probe=None, incumbent=None):
+    def lookup(cfg, config_path=None, on_probe=None, incumbent=None, early_stop=False):
         return GoodputResult(table[config_key(cfg)], "percentile", 90.0, 0.02)
 
     tuner.ev.goodput = lookup  # type: ignore[method-assign]

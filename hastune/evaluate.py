@@ -27,13 +27,15 @@ Config = AnyConfig
 class Evaluation:
     """A recipe bound to its profile and request set (common random numbers).
 
-    A probe at rate Λ simulates max(N, Λ·T) requests (at most `evaluator.max_requests`): N is
-    workload.requests and T = min_span × W, W the longer of a request's mean zero-load lifetime
-    (arrival to last token) and its SLO lifetime (TTFT SLO + TPOT SLO × (mean output − 1), the
-    longest a passing request may take). So the window spans many lifetimes and many SLOs
-    whatever N is, and a probe's stability verdict (hastune.stability) can tell a steady state
-    from a queue that has not had time to grow. Longer runs extend shorter ones (the request set
-    is prefix-consistent)."""
+    A full probe at rate Λ simulates max(N, M, Λ·T) requests (at most `evaluator.max_requests`):
+    N is workload.requests, M `evaluator.min_requests` and T = min_span × W, W the longer of a
+    request's mean zero-load lifetime (arrival to last token) and its SLO lifetime (TTFT SLO +
+    TPOT SLO × (mean output − 1), the longest a passing request may take). So the window spans
+    many lifetimes and many SLOs whatever N is, and a probe's stability verdict
+    (hastune.stability) can tell a steady state from a queue that has not had time to grow; an
+    unsettled one is run again twice as long, up to `extend` times. The search locates the
+    answer with probes a quarter as long first (`scout`), then decides it with full ones.
+    Longer runs extend shorter ones (the request set is prefix-consistent)."""
 
     def __init__(self, recipe: Recipe, profile: Profile | None = None,
                  requests: int | None = None, seed: int | None = None):
@@ -77,16 +79,19 @@ class Evaluation:
         if self.closed:
             n = max(self.base_requests, int(rate * ev.min_span) + 1)
         else:
-            n = max(self.base_requests, int(math.ceil(rate * self.span_s)) + 1)
+            n = max(self.base_requests, ev.min_requests, int(math.ceil(rate * self.span_s)) + 1)
         return min(n, max(ev.max_requests, self.base_requests))
 
     def probe_cap(self, rate: float) -> int:
-        """The most requests a probe at `rate` may grow to while its verdict is unsettled."""
+        """The most requests a probe at `rate` may grow to while its verdict is unsettled:
+        `extend` × the longer of the min_span window and min_requests — independent of
+        workload.requests, so runs of any base length that stay unsettled end on the same
+        (prefix-consistent) request set and the same verdict."""
         ev = self.recipe.evaluator
         n = self.probe_size(rate)
         if self.closed:
             return n
-        longest = int(math.ceil(rate * self.span_s * ev.extend)) + 1
+        longest = int(math.ceil(ev.extend * max(rate * self.span_s, ev.min_requests, 100))) + 1
         return max(n, min(longest, ev.max_requests))
 
     def requests_at(self, rate: float, n: int | None = None) -> RequestSet:
@@ -106,8 +111,27 @@ class Evaluation:
             return not_judged("rate schedule: the load is not stationary by design")
         return run.stability(self.recipe.slo, self.recipe.evaluator.shortfall, final)
 
+    def scout_size(self, rate: float) -> int:
+        """Requests of a coarse probe (locating the answer): a quarter of the full window."""
+        ev = self.recipe.evaluator
+        if self.closed:
+            return self.probe_size(rate)
+        n = max(self.base_requests, ev.min_requests // 4,
+                int(math.ceil(rate * self.span_s / 4)) + 1)
+        return min(n, self.probe_size(rate))
+
+    def scout(self, sim: Simulator, rate: float) -> RunResult:
+        """A coarse probe: scout_size(rate) requests, judged as they are."""
+        run = sim.run(self.requests_at(rate, self.scout_size(rate)), rate)
+        if "stopped_early_s" in run.extra:
+            run.verdict = not_judged(f"stopped at {run.extra['stopped_early_s']:.4g} s: "
+                                     "enough requests had missed an SLO to fail it")
+        else:
+            run.verdict = self.judge(run)
+        return run
+
     def probe(self, sim: Simulator, rate: float) -> RunResult:
-        """One probe: a run of probe_size(rate) requests, doubled while its verdict is not
+        """One full probe: a run of probe_size(rate) requests, doubled while its verdict is not
         settled, up to probe_cap(rate); the run returned carries its verdict."""
         n, cap = self.probe_size(rate), self.probe_cap(rate)
         while True:
@@ -191,17 +215,18 @@ class Evaluation:
                 config_path: str | Path | None = None,
                 on_probe: Callable[[Probe], None] | None = None,
                 incumbent: float | None = None, early_stop: bool = False) -> GoodputResult:
-        """The goodput search (hastune.goodput): the same grid of rates whatever the start, so
-        a configuration gets one number; `incumbent` only moves the first probe (and with
-        `early_stop`, a configuration failing there gets a coarse value)."""
+        """The goodput search (hastune.goodput): the configuration's own probes on the recipe's
+        rate grid, so it gets one number; `incumbent` is used only with `early_stop` (a
+        configuration failing there gets a coarse value)."""
         sim = self.simulator(config, config_path)
         ev = self.recipe.evaluator
         start = ev.start_rate or self.start_rate(config)
-        res = search_goodput(lambda r: self.probe(sim, r), self.recipe.slo,
+        res = search_goodput(lambda r: self.scout(sim, r), self.recipe.slo,
                              start_rate=start, tolerance=ev.tolerance,
                              min_rate=1.0 if self.closed else 1e-3,
                              max_probes=ev.max_probes, on_probe=on_probe, incumbent=incumbent,
-                             early_stop=early_stop, integer=self.closed)
+                             early_stop=early_stop, integer=self.closed,
+                             confirm=None if self.closed else (lambda r: self.probe(sim, r)))
         if self.closed:
             # the search ran over the number of clients; goodput is the throughput they drew
             run = res.best_run

@@ -3,10 +3,12 @@ state.
 
 Rates are probed on one grid per tolerance, Λ_k = (1 + tolerance)^k req/s (k an integer): the
 search brackets (steps of about ×2 up or down from a start rate until one rate passes and a
-higher one fails), then bisects on k until the two are neighbours. So the answer is the largest
-passing grid rate below the first failing one whatever rate the search starts from (the
-recipe's guess, a tuner's incumbent): `evaluate`, `grid`, `tune` and pruning's probes give a
-configuration one number. Closed loop searches the number of clients, one at a time.
+higher one fails), then bisects on k until the two are neighbours. The start is the
+configuration's own (the recipe's `start_rate`, or a guess from the profile), never where a
+tuner happens to be, so `evaluate`, `grid`, `tune` and pruning's probes run the same probes and
+give a configuration one number, even where pass/fail is not monotone in the rate (for a
+monotone one, any start gives the largest passing grid rate). Closed loop searches the number
+of clients, one at a time.
 
 A probe passes when its run meets the SLOs *and* is stable (hastune.stability): a short run of
 an overloaded deployment whose queues have not yet grown fails. Every probe uses the same
@@ -34,12 +36,13 @@ class Probe:
     slo_met: bool = True
     stability: Stability | None = None
     requests: int = 0
+    phase: str = "coarse"   # "coarse" (locating) or "fine" (full-length: the verdict counts)
 
     def as_dict(self, percentile: float) -> dict:
         tag = "p90" if percentile == 90 else f"p{percentile:g}"
         d = {"rate": self.rate, f"ttft_{tag}_s": self.ttft_p, f"tpot_{tag}_s": self.tpot_p,
              "attainment": self.attainment, "slo_met": self.slo_met, "passed": self.passed,
-             "requests": self.requests}
+             "requests": self.requests, "phase": self.phase}
         if self.stability is not None:
             d["stability"] = self.stability.as_dict()
         return d
@@ -116,54 +119,70 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
                    on_probe: Callable[[Probe], None] | None = None,
                    incumbent: float | None = None, early_stop: bool = False,
                    coarse_tolerance: float = 0.1,
-                   integer: bool = False) -> GoodputResult:
+                   integer: bool = False,
+                   confirm: Callable[[float], RunResult] | None = None) -> GoodputResult:
     """Find the largest passing grid rate; `run_at(rate)` runs one probe (its `verdict`, when
     set, says whether the run was stable).
 
-    With `incumbent` (the best goodput found so far by a tuner) the first probe is at it. With
-    `early_stop` too, a deployment that fails there cannot win, so the search only narrows its
-    goodput to `coarse_tolerance` and sets `early_stopped` (its value is then a passing rate,
-    possibly below the exact answer). `integer`: rates are numbers of clients (closed loop)."""
+    With `confirm` the search has two phases: `run_at` (short, cheap probes) brackets and
+    bisects to a coarse answer, then `confirm` (long probes, the ones whose verdict counts)
+    walks from it — up while it passes, down until it passes, in doubling steps — and bisects
+    to neighbouring grid rates, the lower passing and the upper failing at full length.
+
+    With `early_stop` and an `incumbent` (the best goodput a tuner has found so far) the first
+    probe is at the incumbent, and a deployment that fails there — it cannot win — is only
+    narrowed to `coarse_tolerance` by `run_at` (`early_stopped`; its value is then a passing
+    rate of a short probe, not the exact answer). Without `early_stop` the incumbent is
+    ignored: the search is the configuration's own. `integer`: rates are numbers of clients
+    (closed loop)."""
     grid = RateGrid(tolerance, integer)
     res = GoodputResult(0.0, slo.criterion, slo.percentile, tolerance)
     k_min = grid.index(max(min_rate, 1.0 if integer else min_rate))
     k_max = grid.index(max_rate)
-    cache: dict[int, bool] = {}
 
-    def probe(k: int) -> bool:
-        if k in cache:
+    def prober(runner: Callable[[float], RunResult], phase: str) -> Callable[[int], bool]:
+        cache: dict[int, bool] = {}
+
+        def probe(k: int) -> bool:
+            if k not in cache:
+                rate = grid.rate(k)
+                run = runner(rate)
+                p = probe_of(run, slo)
+                p.phase = phase
+                res.probes.append(p)
+                if on_probe:
+                    on_probe(p)
+                if p.passed and phase == final_phase and (
+                        res.best_run is None or rate > res.best_run.rate):
+                    res.best_run = run
+                cache[k] = p.passed
             return cache[k]
-        rate = grid.rate(k)
-        run = run_at(rate)
-        p = probe_of(run, slo)
-        res.probes.append(p)
-        if on_probe:
-            on_probe(p)
-        if p.passed and (res.best_run is None or rate > res.best_run.rate):
-            res.best_run = run
-        cache[k] = p.passed
-        return p.passed
 
-    start = incumbent if incumbent is not None and incumbent > 0 else start_rate
+        return probe
+
+    use_incumbent = early_stop and incumbent is not None and incumbent > 0
+    final_phase = "fine" if confirm is not None and not use_incumbent else "coarse"
+    coarse = prober(run_at, "coarse")
+    start = incumbent if use_incumbent else start_rate
     k = min(max(grid.index(start), k_min), k_max)
     lo: int | None = None   # largest passing index known
     hi: int | None = None   # smallest failing index known
-    if probe(k):
+    stop_at = 1
+    if coarse(k):
         lo = k
         while len(res.probes) < max_probes:
             if k >= k_max:
                 res.bracketed = False
                 break
             k = min(grid.up(k), k_max)
-            if probe(k):
+            if coarse(k):
                 lo = k
             else:
                 hi = k
                 break
     else:
         hi = k
-        stop_at = 1
-        if incumbent is not None and incumbent > 0 and early_stop:
+        if use_incumbent:
             res.early_stopped = True
             res.tolerance = max(tolerance, coarse_tolerance)
             stop_at = grid.steps(1.0 + res.tolerance)
@@ -172,25 +191,58 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
                 res.bracketed = False
                 break
             k = max(grid.down(k), k_min)
-            if probe(k):
+            if coarse(k):
                 lo = k
                 break
             hi = k
-        if lo is not None:
-            while hi - lo > stop_at and len(res.probes) < max_probes:  # type: ignore[operator]
-                mid = (lo + hi) // 2  # type: ignore[operator]
-                if probe(mid):
-                    lo = mid
-                else:
-                    hi = mid
-            res.goodput_rps = grid.rate(lo)
-        return res
-    if hi is not None:
-        while hi - lo > 1 and len(res.probes) < max_probes:  # type: ignore[operator]
-            mid = (lo + hi) // 2  # type: ignore[operator]
-            if probe(mid):
-                lo = mid
-            else:
-                hi = mid
-    res.goodput_rps = grid.rate(lo)  # type: ignore[arg-type]
+    if lo is not None and hi is not None:
+        lo, hi = _bisect(coarse, lo, hi, stop_at, res, max_probes)
+    if lo is not None and final_phase == "fine" and (res.early_stopped is False):
+        lo = _refine(prober(confirm, "fine"), lo, k_min, k_max, res, max_probes)  # type: ignore
+    res.goodput_rps = grid.rate(lo) if lo is not None else 0.0
     return res
+
+
+def _bisect(probe: Callable[[int], bool], lo: int, hi: int, stop_at: int, res: GoodputResult,
+            max_probes: int) -> tuple[int, int]:
+    while hi - lo > stop_at and len(res.probes) < max_probes:
+        mid = (lo + hi) // 2
+        if probe(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def _refine(probe: Callable[[int], bool], start: int, k_min: int, k_max: int,
+            res: GoodputResult, max_probes: int) -> int | None:
+    """From a coarse answer, the largest index that passes with `probe` below one that fails:
+    walk in doubling steps (up while passing, down until passing), then bisect."""
+    step = 1
+    if probe(start):
+        lo, hi = start, None
+        while len(res.probes) < max_probes:
+            k = min(lo + step, k_max)
+            if k == lo:
+                res.bracketed = False
+                return lo
+            if probe(k):
+                lo, step = k, 2 * step
+            else:
+                hi = k
+                break
+    else:
+        lo, hi = None, start
+        while len(res.probes) < max_probes:
+            k = max(hi - step, k_min)
+            if k == hi:
+                return None
+            if probe(k):
+                lo = k
+                break
+            hi, step = k, 2 * step
+    if lo is None:
+        return None
+    if hi is not None:
+        lo, _ = _bisect(probe, lo, hi, 1, res, max_probes)
+    return lo

@@ -78,11 +78,31 @@ class PruneReport:
                 "candidates": [c.as_dict() for c in kept]}
 
 
-class Bounds:
-    """Per-request and per-stage bounds of one recipe (profile + request set)."""
+# Requests the capacity bounds average over (at least): a bound is a mean of per-request work,
+# and long probes see the workload's long-run mean, not a few hundred requests' (with heavy-
+# tailed lengths the two differ by 10–20%, and a bound from the short sample fails to bound).
+CAPACITY_SAMPLE = 20_000
 
-    def __init__(self, recipe: Recipe, profile: Profile, reqs: RequestSet):
+
+def capacity_sample(recipe: Recipe, reqs: RequestSet) -> RequestSet:
+    """The request set capacity bounds are computed on: `reqs` extended (same seed, prefix-
+    consistent) to CAPACITY_SAMPLE requests."""
+    if len(reqs) >= CAPACITY_SAMPLE:
+        return reqs
+    from hastune.workload import sample_requests
+
+    return sample_requests(recipe.workload, CAPACITY_SAMPLE, reqs.seed, base=recipe.base_dir)
+
+
+class Bounds:
+    """Per-request and per-stage bounds of one recipe (profile + request set). Zero-load and
+    memory checks read `reqs` (the base request set); capacity bounds read `capacity_reqs`
+    (default: the base set extended to CAPACITY_SAMPLE requests)."""
+
+    def __init__(self, recipe: Recipe, profile: Profile, reqs: RequestSet,
+                 capacity_reqs: RequestSet | None = None):
         self.recipe, self.profile, self.reqs = recipe, profile, reqs
+        self.cap_reqs = capacity_reqs or capacity_sample(recipe, reqs)
         enc, pre, dec, mem = profile.encode, profile.prefill, profile.decode, profile.memory
         tok = reqs.encoder_tokens
         self.mm = tok > 0
@@ -92,15 +112,22 @@ class Bounds:
         enc_alone = np.where(self.mm, enc.latency(1, tok, tok * tok), 0.0)  # type: ignore[arg-type]
         self.ttft_lb = enc_alone + pre.latency(L, L * L)  # type: ignore[arg-type]
         self.tpot_lb = np.where(out > 1, dec.step(1, L + 1), np.nan)  # type: ignore[arg-type]
+        self.max_reserve = float((L + 1 + out).max())
+        self.local_fits = mem.kv_capacity_tokens(with_encoder=True) > float(L.max())
+        self.kv_cap = mem.kv_capacity_tokens()
+        # capacity: per-request work (GPU-seconds on a whole GPU) over the long-run sample
+        cr = self.cap_reqs
+        tok = cr.encoder_tokens
+        mm = tok > 0
+        L = cr.prefill_tokens
+        out = cr.output_tokens
         # per-request work (GPU-seconds on a whole GPU), fixed costs excluded where batched
         self.enc_work_var = float(np.where(
-            self.mm, enc.per_item_s + enc.per_token_s * tok + enc.per_token_sq_s * tok * tok,
+            mm, enc.per_item_s + enc.per_token_s * tok + enc.per_token_sq_s * tok * tok,
             0.0).mean())
-        self.mm_share = float(self.mm.mean())
+        self.mm_share = float(mm.mean())
         self.prefill_work = float((pre.per_token_s * L + pre.per_token_sq_s * L * L).mean())
-        self.kv_cap = mem.kv_capacity_tokens()
         reserve = L + 1 + out
-        self.max_reserve = float(reserve.max())
         n_fit = int(self.kv_cap // max(float(reserve.min()), 1.0))
         N = max(1, min(dec.max_batch, n_fit))
         ctx_min = float((L + 1).min())
@@ -113,7 +140,6 @@ class Bounds:
         self.kv_bytes = float((L * mem.kv_bytes_per_token).mean())
         c = recipe.cluster
         self.port_bw = max(c.intra_node.bandwidth_GBps, c.inter_node.bandwidth_GBps) * 1e9
-        self.local_fits = mem.kv_capacity_tokens(with_encoder=True) > float(L.max())
 
         self._shapes: dict[tuple[int, int], _Shape | None] = {}
 
@@ -217,7 +243,8 @@ class Bounds:
             ports = (cfg.prefill_instances * cfg.prefill_tp * cfg.prefill_pp
                      * c.intra_node.bandwidth_GBps
                      + (-(-cfg.gpus // c.gpus_per_node)) * c.inter_node.bandwidth_GBps) * 1e9
-            moved = self.reqs.prefill_tokens * (self.reqs.output_tokens > 1)
+            cr = self.cap_reqs
+            moved = cr.prefill_tokens * (cr.output_tokens > 1)
             kv = float(moved.mean()) * p.kv_bytes
             st["network"] = ports / kv if kv > 0 else inf
             return st
@@ -257,7 +284,12 @@ class _Shape:
         sh.ttft_lb = enc_lb + tm.p_fixed + tm.p_tok * L + tm.p_sq * L * L
         dec = tm.decode
         sh.tpot_lb = np.where(out > 1, dec.step(1, L + 1), np.nan)  # type: ignore[arg-type]
-        enc_var = np.where(b.mm, enc.per_item_s + enc.per_token_s * tok
+        # capacity: over the long-run sample
+        r = b.cap_reqs
+        L, out = r.prefill_tokens, r.output_tokens
+        tok = r.encoder_tokens
+        reserve = L + out
+        enc_var = np.where(tok > 0, enc.per_item_s + enc.per_token_s * tok
                            + enc.per_token_sq_s * tok * tok, 0.0)
         sh.prefill_s = float((enc_var + (tm.p_tok * L + tm.p_sq * L * L) / pp).mean())
         ctx_min = float((L + 1).min())
@@ -288,6 +320,13 @@ def derived_margin(recipe: Recipe) -> float:
     bound ≥ μ (tests/test_prune_soundness.py checks it on generated recipes)."""
     ev = recipe.evaluator
     return (1.0 + ev.tolerance) / (1.0 - ev.shortfall)
+
+
+def keeps(recipe: Recipe, bound: float, margin: float, lower_bound: float) -> bool:
+    """The capacity rule: keep a configuration that could come within the search tolerance of
+    the best goodput reached (bound × margin ≥ (1 − tolerance) × lower bound), so neither the
+    optimum nor any configuration as good within the tolerance is removed."""
+    return bound * margin >= (1.0 - recipe.evaluator.tolerance) * lower_bound
 
 
 def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace,
@@ -351,7 +390,7 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
                 break
         report.lower_bound = max([lower_bound] + [c.goodput or 0.0 for c in probed])
         lb = report.lower_bound
-        keep = [c for c in cands if c.goodput is not None or c.bound * margin >= lb]
+        keep = [c for c in cands if c.goodput is not None or keeps(recipe, c.bound, margin, lb)]
         removed["capacity"] = len(cands) - len(keep)
         report.kept = keep
     return report

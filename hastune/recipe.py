@@ -247,17 +247,21 @@ class Evaluator(_Strict):
     max_probes: int = Field(default=40, ge=3)
     start_rate: float | None = Field(default=None, gt=0, description="first rate tried (req/s)")
     min_span: float = Field(
-        default=20.0, ge=0,
+        default=50.0, ge=0,
         description="each probe's arrivals span at least this many request lifetimes — the "
                     "longer of the zero-load lifetime and the SLO lifetime (TTFT SLO + TPOT "
                     "SLO × (mean output tokens − 1)) — so a run reaches and shows steady state")
+    min_requests: int = Field(
+        default=5000, ge=0,
+        description="each probe simulates at least this many requests (with workload.requests "
+                    "as a second floor): a P90 of fewer, near capacity, is a matter of luck")
     max_requests: int = Field(default=200_000, gt=0, description="cap on requests per probe")
     shortfall: float = Field(
         default=0.03, gt=0, lt=1,
         description="stability: a probe whose departures fall short of its arrivals by more "
                     "than this share (last two thirds of the window) is unstable")
     extend: float = Field(
-        default=16.0, ge=1,
+        default=4.0, ge=1,
         description="stability: a probe whose window disagrees with itself is run again, twice "
                     "as long each time, up to this many times the min_span window")
 

@@ -13,12 +13,16 @@ arrival time, and the last two are checked:
 - **the last third**: the SLOs must hold on the requests that arrived in the last third, not
   only on the whole window. A queue that grows shows first there.
 
-A verdict is *settled* when the window agrees with itself: the whole window, its middle third
-and its last third all pass or all fail the SLOs, and the throughput is clearly above the bar
-(or clearly below: 3 × `shortfall`). An unsettled run is too short to tell a slow queue
-from noise (bursty arrivals near capacity take long to average out), and the evaluator
-extends it (hastune.evaluate) until it settles or reaches its cap, where the verdict above
-is final. Growths (P90 of the last third − P90 of the middle, in units of the SLO) are reported.
+A verdict is *settled* when the window agrees with itself and is clear: the whole window, its
+middle third and its last third all pass or all fail the SLOs; the share of requests missing
+an SLO is `SETTLE_Z` standard errors (binomial, or batch means where misses cluster) from the
+share the criterion allows (P90: 10%), so a percentile estimated from few requests, or from
+a window near capacity where misses come in long runs, does not decide a close call; and the
+throughput is clearly above the bar (or clearly below: 3 × `shortfall`). An unsettled run is
+too short to tell a slow queue, a burst or a lucky sample from the steady state, and the
+evaluator extends it (hastune.evaluate) until it settles or reaches its cap, where the verdict
+above is final. Growths (P90 of the last third − P90 of the middle, in units of the SLO) are
+reported.
 
 Closed loop (a fixed number of clients) and rate schedules (a rate that changes by design)
 are not judged: the first is stable by construction, the second is not meant to be stationary.
@@ -33,6 +37,8 @@ import numpy as np
 
 SHORTFALL = 0.03   # default: departures may fall short of arrivals by 3% (noise, edge effects)
 MIN_MEASURED = 30  # fewer measured requests than this: too few to judge
+SETTLE_Z = 2.0     # a pass/fail is clear this many standard errors from the bar
+BATCHES = 10       # batch means for the standard error of a share of requests
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,35 @@ def meets(ttft: np.ndarray, tpot: np.ndarray, ttft_slo: float, tpot_slo: float,
     return pct(ttft, percentile) <= ttft_slo and pct(tpot, percentile) <= tpot_slo
 
 
+def margin_z(ttft: np.ndarray, tpot: np.ndarray, ttft_slo: float, tpot_slo: float,
+             percentile: float, attainment: float | None = None) -> float:
+    """How clearly these requests (in arrival order) meet (> 0) or miss (< 0) the SLOs, in
+    standard errors of the share of requests over an SLO against the share the criterion
+    allows: the smaller of TTFT's and TPOT's for the percentile criterion, the union's for
+    attainment. The standard error is the larger of the binomial one and the batch-means one
+    (BATCHES contiguous batches): near capacity, requests that miss come in long runs (a queue
+    that built up), so a window holds fewer independent samples than requests."""
+
+    def z(over: np.ndarray, allowed: float) -> float:
+        n = over.size
+        if n == 0:
+            return math.inf
+        x = over.astype(float)
+        se = math.sqrt(max(allowed * (1.0 - allowed), 1e-12) / n)
+        if n >= 5 * BATCHES:
+            means = np.array([b.mean() for b in np.array_split(x, BATCHES)])
+            se = max(se, float(means.std(ddof=1)) / math.sqrt(BATCHES))
+        return (allowed - float(x.mean())) / se
+
+    with np.errstate(invalid="ignore"):
+        if attainment is not None:
+            miss = (ttft > ttft_slo) | (~np.isnan(tpot) & (tpot > tpot_slo))
+            return z(miss, 1.0 - attainment)
+        allowed = 1.0 - percentile / 100.0
+        tp = tpot[~np.isnan(tpot)]
+        return min(z(ttft > ttft_slo, allowed), z(tp > tpot_slo, allowed))
+
+
 def _growth(last: float, mid: float, slo: float) -> float:
     if math.isinf(last):
         return 0.0 if math.isinf(mid) else math.inf  # both inf: the SLO check fails it anyway
@@ -128,11 +163,13 @@ def assess(arrival: np.ndarray, finish: np.ndarray, ttft: np.ndarray, tpot: np.n
         return meets(ttft[sel], tpot[sel], ttft_slo, tpot_slo, q, attainment)
 
     whole, in_mid, in_last = ok(measured), ok(mid), ok(last)
+    clear = abs(margin_z(ttft[measured], tpot[measured], ttft_slo, tpot_slo, q,
+                         attainment)) >= SETTLE_Z
     short = (f"throughput {departed / window:.4g} req/s fell short of arrivals "
              f"{arrived / window:.4g} req/s by {1 - ratio:.1%}")
     if ratio < 1.0 - 3 * shortfall:
         return Stability(False, True, f"{short} (> {3 * shortfall:.0%})", **res)
-    if not final and not (whole == in_mid == in_last and ratio >= 1.0 - shortfall):
+    if not final and not (whole == in_mid == in_last and clear and ratio >= 1.0 - shortfall):
         return Stability(False, True, "not settled: the window disagrees with itself",
                          settled=False, **res)
     if ratio < 1.0 - shortfall:

@@ -9,6 +9,14 @@ from hastune.evaluate import Evaluation
 from hastune.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
+# Short probes for tests whose property holds for any evaluator settings (pruning's soundness,
+# the search loop): the defaults' long steady-state windows cost seconds per goodput.
+QUICK = {"min_span": 5.0, "min_requests": 300, "extend": 2.0}
+
+
+def quick(recipe):
+    """`recipe` with short probes (QUICK)."""
+    return recipe.model_copy(update={"evaluator": recipe.evaluator.model_copy(update=QUICK)})
 EXAMPLES = ROOT / "examples"
 
 

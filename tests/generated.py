@@ -38,42 +38,44 @@ def space(arch: str) -> SearchSpace:
                                        "params": SPACES[arch]})
 
 
-def _length(draw, lo: float, hi: float, cap: int) -> dict:
-    mean = draw(st.floats(lo, hi))
-    return {"dist": draw(st.sampled_from(["lognormal", "gamma", "fixed"])), "mean": mean,
-            "cv": draw(st.floats(0.2, 1.0)), "min": 2, "max": cap}
+def _length(rng: np.random.Generator, lo: float, hi: float, cap: int) -> dict:
+    return {"dist": str(rng.choice(["lognormal", "gamma", "fixed"])),
+            "mean": float(rng.uniform(lo, hi)), "cv": float(rng.uniform(0.2, 1.0)), "min": 2,
+            "max": cap}
 
 
-@st.composite
-def recipes(draw, archs: tuple[str, ...] = EPD_FAMILY + REPLICAS, requests=(150, 400)
-            ) -> Recipe:
-    """A recipe for one architecture drawn from `archs` (its `architecture`), with SLOs at a
-    random multiple of its zero-load latency."""
-    arch = draw(st.sampled_from(archs))
-    multimodal = arch in EPD_FAMILY or draw(st.booleans())
-    model = draw(st.sampled_from(sorted(MULTIMODAL) if multimodal else TEXT))
-    gpu = draw(st.sampled_from(GPUS))
+def random_recipe(seed: int, archs: tuple[str, ...] = EPD_FAMILY + REPLICAS,
+                  requests: tuple[int, int] = (150, 400), evaluator: dict | None = None
+                  ) -> Recipe:
+    """The recipe of one seed: an architecture drawn from `archs` (its `architecture`), SLOs
+    at a random multiple of its zero-load latency; `evaluator` overrides evaluator fields."""
+    rng = np.random.default_rng(seed)
+    arch = str(rng.choice(archs))
+    multimodal = arch in EPD_FAMILY or bool(rng.random() < 0.5)
+    model = str(rng.choice(sorted(MULTIMODAL) if multimodal else TEXT))
+    gpu = str(rng.choice(GPUS))
     low = 3 if arch == "epd-static" else (2 if arch in ("epd", "fudg") else 1)
-    gpus = draw(st.integers(low, 4))
-    wl: dict = {"requests": draw(st.integers(*requests)), "warmup": 0.1,
-                "prompt_tokens": _length(draw, 16, 512, 2048),
-                "output_tokens": _length(draw, 4, 96, 256)}
-    if draw(st.booleans()):
-        wl["arrival"] = {"process": "gamma", "cv": draw(st.floats(0.5, 2.0))}
+    gpus = int(rng.integers(low, 5))
+    wl: dict = {"requests": int(rng.integers(*requests)), "warmup": 0.1,
+                "prompt_tokens": _length(rng, 16, 512, 2048),
+                "output_tokens": _length(rng, 4, 96, 256)}
+    if rng.random() < 0.5:
+        wl["arrival"] = {"process": "gamma", "cv": float(rng.uniform(0.5, 2.0))}
     else:
         wl["arrival"] = {"process": "poisson"}
     if model in MULTIMODAL:
         mod = MULTIMODAL[model]
-        share = draw(st.floats(0.3, 1.0))
-        wl["mix"] = {mod: share, "text": 1.0 - share} if share < 1.0 else {mod: 1.0}
+        share = float(rng.uniform(0.3, 1.0))
+        wl["mix"] = {mod: share, "text": 1.0 - share}
         wl["modalities"] = {mod: {"scheme": "tokens",
-                                  "encoder_tokens": _length(draw, 64, 2048, 4096)}}
-    data = {"kind": "recipe", "name": f"gen-{arch}", "model": model,
+                                  "encoder_tokens": _length(rng, 64, 2048, 4096)}}
+    data = {"kind": "recipe", "name": f"gen-{seed}-{arch}", "model": model,
             "cluster": {"gpu": gpu, "gpus": gpus, "gpus_per_node": 8,
-                        "intra_node": draw(st.sampled_from(["pcie4", "nvlink-a100"])),
+                        "intra_node": str(rng.choice(["pcie4", "nvlink-a100"])),
                         "inter_node": "ib-200g"},
             "workload": wl, "slo": {"ttft_s": 1.0, "tpot_s": 0.1},
-            "architecture": arch, "seed": draw(st.integers(0, 1000))}
+            "architecture": arch, "seed": int(rng.integers(0, 1000)),
+            "evaluator": dict(evaluator or {})}
     rec = Recipe.model_validate(data)
     # SLOs: a random multiple of what an idle deployment of one GPU per stage achieves
     ev = Evaluation(rec)
@@ -83,6 +85,14 @@ def recipes(draw, archs: tuple[str, ...] = EPD_FAMILY + REPLICAS, requests=(150,
     L = reqs.prefill_tokens
     ttft0 = float(np.percentile(enc + prof.prefill.latency(L, L * L), 90))
     step0 = float(prof.decode.step(1, float(np.mean(L))))
-    slo = {"ttft_s": round(ttft0 * draw(st.floats(2.0, 12.0)), 4),
-           "tpot_s": round(step0 * draw(st.floats(1.5, 6.0)), 5)}
+    slo = {"ttft_s": round(ttft0 * float(rng.uniform(2.0, 12.0)), 4),
+           "tpot_s": round(step0 * float(rng.uniform(1.5, 6.0)), 5)}
     return rec.model_copy(update={"slo": rec.slo.model_copy(update=slo)})
+
+
+def recipes(archs: tuple[str, ...] = EPD_FAMILY + REPLICAS,
+            requests: tuple[int, int] = (150, 400), evaluator: dict | None = None
+            ) -> st.SearchStrategy[Recipe]:
+    """Hypothesis strategy: one independent random recipe per example (drawn from a seed)."""
+    return st.integers(0, 2**31 - 1).map(lambda s: random_recipe(s, archs, requests,
+                                                                 evaluator))

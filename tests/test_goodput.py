@@ -113,6 +113,9 @@ def test_the_answer_does_not_depend_on_where_the_search_starts(threshold, start,
     while expect > threshold:
         expect = grid.rate(grid.index(expect) - 1)
     res = search_goodput(run, SLO_, start_rate=start, tolerance=tol, incumbent=incumbent,
+                         early_stop=False, min_rate=1e-3)
+    assert res.goodput_rps == pytest.approx(expect, rel=1e-12)
+    res = search_goodput(run, SLO_, start_rate=incumbent or start, tolerance=tol,
                          min_rate=1e-3)
     assert res.goodput_rps == pytest.approx(expect, rel=1e-12)
     assert len({p.rate for p in res.probes}) == len(res.probes)  # no rate probed twice

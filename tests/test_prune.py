@@ -8,6 +8,7 @@ import pytest
 from hastune.evaluate import Evaluation
 from hastune.prune import prune
 from hastune.space import space_for
+from tests.conftest import quick
 
 
 def _small(recipe, gpus, **slo):
@@ -15,7 +16,7 @@ def _small(recipe, gpus, **slo):
     upd = {"cluster": cluster}
     if slo:
         upd["slo"] = recipe.slo.model_copy(update=slo)
-    return recipe.model_copy(update=upd)
+    return quick(recipe.model_copy(update=upd))
 
 
 def _cached_goodput(ev):
@@ -59,6 +60,7 @@ def test_optimum_is_never_pruned(which, gpus, slo, audio_recipe, image_recipe):
 
 
 def test_rules_fire(audio_recipe):
+    audio_recipe = quick(audio_recipe)
     ev = Evaluation(audio_recipe, requests=300)
     space = space_for("epd")
     rep = prune(audio_recipe, ev.profile, ev.requests, space,
@@ -91,8 +93,9 @@ def test_optimum_is_never_pruned_replica_architectures(arch):
     """The same soundness check on the replica-based spaces (tp × pp × instances = G)."""
     from tests.sim.replica_recipes import recipe
 
-    rec = recipe("sharegpt", 300, cluster={"gpu": "a800-80gb", "gpus": 4, "gpus_per_node": 4,
-                                           "intra_node": "pcie4", "inter_node": "25gbe-roce"})
+    rec = quick(recipe("sharegpt", 300, cluster={"gpu": "a800-80gb", "gpus": 4,
+                                                 "gpus_per_node": 4, "intra_node": "pcie4",
+                                                 "inter_node": "25gbe-roce"}))
     ev = Evaluation(rec)
     goodput = _cached_goodput(ev)
 
@@ -125,7 +128,7 @@ def test_engine_rule_removes_what_the_engine_cannot_run_before_any_probe():
     from hastune.tune.runner import Tuner
 
     root = Path(__file__).resolve().parent.parent
-    rec = load_recipe(root / "examples" / "ecoserve" / "a800-codellama-closed.yaml")
+    rec = quick(load_recipe(root / "examples" / "ecoserve" / "a800-codellama-closed.yaml"))
     ev = Evaluation(rec, requests=200)
     probed = []
 

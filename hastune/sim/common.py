@@ -86,13 +86,17 @@ class StopRule:
     (after the first `warmup` share) are known to miss the TTFT SLO, or the TPOT SLO, the
     percentile (or attainment) criterion fails whatever the rest of the run does. Known to
     miss: a first token later than the SLO, or none yet and older than the SLO; a TPOT over
-    the SLO, or decoding still and already slower than it."""
+    the SLO, or decoding still and already slower than it. The failure must also be clear —
+    at least `clear` times the allowed share of the requests arrived so far miss — so that a
+    run failing only by a burst's worth of requests goes on, and the evaluator can see
+    whether a longer one would pass (hastune.stability: settled)."""
 
     ttft_s: float
     tpot_s: float
     quantile: float        # 0.9 for P90; the attainment share for criterion attainment
     union: bool            # attainment: a request missing either SLO counts once
     warmup: float
+    clear: float = 3.0
 
 
 class Watcher:
@@ -115,11 +119,12 @@ class Watcher:
         w, rule = self.w, self.rule
         if i - w <= self.allowed:
             return False
+        need = max(self.allowed, rule.clear * (1.0 - rule.quantile) * (i - w))
         a = self.arr[w:i]
         tf = np.array(self.t_first[w:i], dtype=float)
         waiting = np.isnan(tf)
         late = np.where(waiting, t - a, tf - a) > rule.ttft_s
-        if not rule.union and late.sum() > self.allowed:
+        if not rule.union and late.sum() > need:
             return True
         tl = np.array(self.t_last[w:i], dtype=float)
         steps = np.maximum(self.out[w:i] - 1.0, 1.0)
@@ -127,8 +132,8 @@ class Watcher:
             pace = np.where(np.isnan(tl), t - tf, tl - tf) / steps
         slow = (self.out[w:i] > 1) & ~waiting & (pace > rule.tpot_s)
         if rule.union:
-            return bool((late | slow).sum() > self.allowed)
-        return bool(slow.sum() > self.allowed)
+            return bool((late | slow).sum() > need)
+        return bool(slow.sum() > need)
 
 
 class EventLoop:

@@ -24,7 +24,7 @@ import optuna
 from hastune.config import EPDConfig, EPDStaticConfig, config_dict, parse_config
 from hastune.errors import InputError
 from hastune.evaluate import Evaluation
-from hastune.prune import RULES, Bounds, derived_margin, prune
+from hastune.prune import RULES, Bounds, derived_margin, keeps, prune
 from hastune.recipe import Recipe, load_recipe
 from hastune.space import space_for
 from hastune.tune.params import Parametrization
@@ -177,7 +177,7 @@ class Tuner:
                 lb = report["lower_bound_rps"]
                 probed = {t.user_attrs.get("key") for t in evaluated_trials(study)}
                 keep = [(b, c) for b, c in cands
-                        if b * self.margin >= lb or config_key(c) in probed]
+                        if keeps(self.recipe, b, self.margin, lb) or config_key(c) in probed]
                 report["rules"]["capacity"] += len(cands) - len(keep)
                 cands = self._diversified(keep)
             # without pruning, no bound ranking either: plain BO from the space's own order

@@ -63,11 +63,16 @@ def test_load_run_loses_nothing(config):
 def test_a_dead_worker_fails_its_requests_and_the_rest_finish():
     config = EPDConfig(architecture="epd", n_E=1, n_P=2, n_D=2, B=1, s=1.0)
     jobs, offsets = _jobs(80, 16.0, seed=1)
+    reqs = sample_requests(WORKLOAD, 80, 1)
+    one = float((reqs.prefill_tokens + reqs.output_tokens).max())  # the largest reservation
     with Engine(config, OPTS) as eng:
         import threading
 
         def kill_later() -> None:
             time.sleep(offsets[30])
+            deadline = time.monotonic() + 10
+            while eng.shared.decode_load[0] <= one and time.monotonic() < deadline:
+                time.sleep(0.001)  # kill it holding more KV than one request's: some must fail
             eng.kill("D0")
 
         threading.Thread(target=kill_later, daemon=True).start()

@@ -84,12 +84,15 @@ def test_workers_the_cluster_cannot_place_are_refused_at_once(cluster):
 
 def test_a_killed_worker_actor_fails_its_requests_and_the_rest_finish(engine):
     jobs, offsets = _jobs(60, 15.0, seed=1)
+    reqs = sample_requests(WORKLOAD, 60, 1)
+    one = float((reqs.prefill_tokens + reqs.output_tokens).max())  # the largest reservation
 
     def kill_later() -> None:
         time.sleep(offsets[20])
-        deadline = time.monotonic() + 5
-        while engine.shared.decode_load[0] <= 0 and time.monotonic() < deadline:
-            time.sleep(0.002)  # kill it while it holds requests (its KV reserved, via the hub)
+        deadline = time.monotonic() + 10
+        while engine.shared.decode_load[0] <= one and time.monotonic() < deadline:
+            time.sleep(0.001)  # kill it while it holds requests (its KV reserved, via the hub):
+            # more KV than one request's, since one can finish between this check and the kill
         engine.kill("D0")  # ray.kill on the actor
 
     threading.Thread(target=kill_later, daemon=True).start()

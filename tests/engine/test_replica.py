@@ -76,13 +76,15 @@ def test_nodg_chunked_serves_every_request_and_keeps_the_token_budget(nodg2):
 def test_chunked_prefill_bounds_what_a_decode_step_waits_for(nodg2):
     """Long prompts arrive while others decode. Unchunked, a decode step waits behind whole
     prompts (prefill-only iterations); chunked, behind at most one budget of chunk tokens."""
-    jobs, offsets = _jobs(LONG, 24, 30.0)
-    rec = nodg2.run(jobs, offsets, 30.0)
+    # a burst (200 req/s): prompts still wait while the first ones decode however fast or
+    # loaded the machine is (at 30 req/s a busy CI machine once saw no decode step meet a chunk)
+    jobs, offsets = _jobs(LONG, 24, 200.0)
+    rec = nodg2.run(jobs, offsets, 200.0)
     _complete(rec, jobs)
     chunked = rec.overhead
-    jobs, offsets = _jobs(LONG, 24, 30.0)
+    jobs, offsets = _jobs(LONG, 24, 200.0)
     with Engine(_nodg(None), OPTS) as eng:
-        rec = eng.run(jobs, offsets, 30.0)
+        rec = eng.run(jobs, offsets, 200.0)
     _complete(rec, jobs)
     whole = rec.overhead
     assert chunked["max_iter_tokens"] <= 64 and chunked["max_decode_wait_tokens"] <= 64
