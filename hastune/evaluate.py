@@ -18,7 +18,7 @@ from hastune.sim import Simulator, make_simulator
 from hastune.sim.common import StopRule
 from hastune.sim.instance import InstanceTiming, instance_shapes
 from hastune.sim.result import RunResult
-from hastune.stability import Stability, not_judged
+from hastune.stability import Stability, stopped, unjudged
 from hastune.workload import RequestSet, sample_requests
 
 Config = AnyConfig
@@ -105,10 +105,9 @@ class Evaluation:
         """The stability verdict on a probe's run (not judged in closed loop, where the
         clients cannot outrun the system, nor under a rate schedule, which is not meant to be
         stationary). `final` False: the run could still be made longer."""
-        if self.closed:
-            return not_judged("closed loop: the clients wait for the system")
-        if self.recipe.workload.rate_schedule is not None:
-            return not_judged("rate schedule: the load is not stationary by design")
+        verdict = unjudged(self.recipe.workload)
+        if verdict is not None:
+            return verdict
         return run.stability(self.recipe.slo, self.recipe.evaluator.shortfall, final)
 
     def scout_size(self, rate: float) -> int:
@@ -123,11 +122,7 @@ class Evaluation:
     def scout(self, sim: Simulator, rate: float) -> RunResult:
         """A coarse probe: scout_size(rate) requests, judged as they are."""
         run = sim.run(self.requests_at(rate, self.scout_size(rate)), rate)
-        if "stopped_early_s" in run.extra:
-            run.verdict = not_judged(f"stopped at {run.extra['stopped_early_s']:.4g} s: "
-                                     "enough requests had missed an SLO to fail it")
-        else:
-            run.verdict = self.judge(run)
+        run.verdict = stopped(run.extra) or self.judge(run)
         return run
 
     def probe(self, sim: Simulator, rate: float) -> RunResult:
@@ -136,9 +131,8 @@ class Evaluation:
         n, cap = self.probe_size(rate), self.probe_cap(rate)
         while True:
             run = sim.run(self.requests_at(rate, n), rate)
-            if "stopped_early_s" in run.extra:  # it fails the SLOs whatever would follow
-                run.verdict = not_judged(f"stopped at {run.extra['stopped_early_s']:.4g} s: "
-                                         "enough requests had missed an SLO to fail it")
+            run.verdict = stopped(run.extra)
+            if run.verdict is not None:
                 return run
             verdict = self.judge(run, final=n >= cap)
             if verdict.settled:
@@ -199,7 +193,7 @@ class Evaluation:
         if not self.closed:
             slo = self.recipe.slo
             att = slo.criterion == "attainment"
-            sim.stop_rule = StopRule(slo.ttft_s, slo.tpot_s,  # type: ignore[attr-defined]
+            sim.stop_rule = StopRule(slo.ttft_s, slo.tpot_s,
                                      slo.attainment if att else slo.percentile / 100.0, att,
                                      self.recipe.workload.warmup)
         return sim

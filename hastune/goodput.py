@@ -197,7 +197,7 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
             hi = k
     if lo is not None and hi is not None:
         lo, hi = _bisect(coarse, lo, hi, stop_at, res, max_probes)
-    if lo is not None and final_phase == "fine" and (res.early_stopped is False):
+    if lo is not None and final_phase == "fine":
         lo = _refine(prober(confirm, "fine"), lo, k_min, k_max, res, max_probes)  # type: ignore
     res.goodput_rps = grid.rate(lo) if lo is not None else 0.0
     return res

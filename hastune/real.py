@@ -18,7 +18,7 @@ from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.recipe import Recipe
 from hastune.sim.result import RunResult
-from hastune.stability import Stability, not_judged
+from hastune.stability import Stability, unjudged
 from hastune.workload import RequestSet, sample_requests
 
 Config = EPDConfig | EPDStaticConfig | NoDGConfig | PaDGConfig
@@ -116,11 +116,9 @@ class RealEvaluation:
     def judge(self, run: RunResult) -> Stability:
         """The stability verdict on a real run (hastune.stability), with the wider
         `shortfall` a short real run needs; not judged in closed loop or under a schedule."""
-        wl = self.recipe.workload
-        if wl.arrival.process == "closed":
-            return not_judged("closed loop: the clients wait for the system")
-        if wl.rate_schedule is not None:
-            return not_judged("rate schedule: the load is not stationary by design")
+        verdict = unjudged(self.recipe.workload)
+        if verdict is not None:
+            return verdict
         return run.stability(self.recipe.slo, self.opts.shortfall)
 
     def goodput(self, config: Config, config_path: object = None,

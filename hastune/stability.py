@@ -73,6 +73,25 @@ def not_judged(reason: str) -> Stability:
     return Stability(True, False, reason)
 
 
+def unjudged(workload) -> Stability | None:
+    """The verdict for every run of a workload that is not judged — closed loop (the clients
+    wait for the system) or a rate schedule (not stationary by design) — else None."""
+    if workload.arrival.process == "closed":
+        return not_judged("closed loop: the clients wait for the system")
+    if workload.rate_schedule is not None:
+        return not_judged("rate schedule: the load is not stationary by design")
+    return None
+
+
+def stopped(run_extra: dict) -> Stability | None:
+    """The verdict on a run the simulator stopped early (its StopRule: it fails the SLOs
+    whatever would follow), else None."""
+    if "stopped_early_s" not in run_extra:
+        return None
+    return not_judged(f"stopped at {run_extra['stopped_early_s']:.4g} s: enough requests had "
+                      "missed an SLO to fail it")
+
+
 def pct(x: np.ndarray, q: float) -> float:
     """The `q` percentile of the non-nan values ("higher": an observed value; inf sorts last),
     0 when there are none."""

@@ -57,7 +57,7 @@ def evaluate(
             why = ""
             if v is not None and v.judged:
                 why = ("  steady" if v.stable else f"  [yellow]unstable: {v.reason}[/]")
-            elif v is not None and "stopped" in v.reason:
+            elif v is not None:  # not judged: say why (stopped early, closed loop, …)
                 why = f"  ({v.reason})"
             con.print(f"  rate {p.rate:9.3f} req/s  {p.requests:7d} req  "
                       f"TTFT P{pct:g} {fmt_s(p.ttft_p):>10}  TPOT P{pct:g} {fmt_s(p.tpot_p):>10}"

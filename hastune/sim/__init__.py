@@ -7,11 +7,14 @@ from typing import Protocol
 from hastune.cluster import Cluster
 from hastune.profile import Profile
 from hastune.recipe import SLO
+from hastune.sim.common import StopRule
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
 
 
 class Simulator(Protocol):
+    stop_rule: StopRule | None  # when a run may stop early (set by the evaluator; None: never)
+
     def run(self, reqs: RequestSet, rate: float) -> RunResult: ...
 
 
