@@ -45,12 +45,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--only", metavar="SUBSTRING", default=None,
+                    help="run only the cases whose recipe or config contains SUBSTRING")
     args = ap.parse_args()
     print("req/s: simulated requests per wall-second (best / median of --repeat runs); "
           "evaluate_s: one goodput search (best / median)")
     print(f"{'recipe':36} {'config':22} {'goodput':>8} {'rate':>7} {'req/s best':>10} "
           f"{'median':>7} {'events/s':>9} {'evaluate_s':>10} {'median':>6} {'probes':>6}")
     for recipe, spec in CASES:
+        if args.only is not None and args.only not in f"{recipe} {spec}":
+            continue
         rec = load_recipe(ROOT / "examples" / recipe)
         cfg, config = _config(spec)
         ev = Evaluation(rec, requests=args.requests)
