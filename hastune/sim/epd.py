@@ -10,28 +10,58 @@ GPUs are placed in order: encode GPUs 0..n_E−1, remote prefill GPUs next, deco
   batching, closed-form steps) → last token (TPOT = (t_last − t_first)/(n_out − 1)).
 
 Text-only requests skip the encoder. `epd-static`: no local prefill, every prefill remote,
-encode batches on a fixed timeout, the encoder has the whole GPU.
+encode batches on a fixed timeout, the encoder has the whole GPU. Both get their encode
+workers' policies from hastune.policies.epd, as the engine does.
+
+One run is an `_EPDRun`: its state and one short handler per event. Heap entries are
+(time, priority, sequence, handler, a, b); the loop calls handler(time, a, b).
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
+from dataclasses import dataclass
 from heapq import heappush
 
 from hastune.cluster import Cluster
-from hastune.config import EPDConfig, EPDStaticConfig
-from hastune.policies import DeficitRouter, PoissonGapBatcher, SMPartitioner, TimeoutBatcher
-from hastune.profile import Profile, interp_curve
+from hastune.config import AnyConfig
+from hastune.policies.epd import policies_for
+from hastune.profile import DecodeSpec, EncodeSpec, PrefillSpec, Profile
 from hastune.sim.common import EventLoop, StopRule, build_result, check_gpus, request_lists
 from hastune.sim.decode import DecodeWorker
+from hastune.sim.encode import EncodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER
 from hastune.sim.network import Network
 from hastune.sim.prefill import PrefillWorker
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
 
-ENC_DONE, ENC_TIMER, PF_ARRIVE, PF_DONE, DEC_ARRIVE, DEC_WAKE = range(6)
+
+@dataclass(frozen=True)
+class PoolTiming:
+    """What times each pool's work: the profile's specs, one per pool, so that a pool can be
+    timed differently from the others (its own parallelism, say)."""
+
+    encode: EncodeSpec
+    local_prefill: PrefillSpec
+    remote_prefill: PrefillSpec
+    decode: DecodeSpec
+    decode_kv_tokens: int  # KV tokens one decode worker holds
+
+    @classmethod
+    def of(cls, profile: Profile) -> PoolTiming:
+        return cls(profile.encode, profile.prefill, profile.prefill, profile.decode,
+                   profile.memory.kv_capacity_tokens())
+
+
+class EPDDecode(DecodeWorker):
+    """A decode worker that also counts the KV tokens routed to it but still on the wire."""
+
+    __slots__ = ("inflight",)
+
+    def __init__(self, spec: DecodeSpec, cap_tokens: int, gpu: int):
+        super().__init__(spec, cap_tokens, gpu)
+        self.inflight = 0.0
 
 
 class EPDSimulator:
@@ -39,244 +69,232 @@ class EPDSimulator:
 
     stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
 
-    def __init__(self, profile: Profile, cluster: Cluster, config: EPDConfig | EPDStaticConfig,
+    def __init__(self, profile: Profile, cluster: Cluster, config: AnyConfig,
                  warmup: float = 0.1):
         check_gpus(config, cluster)
         self.profile = profile
         self.cluster = cluster
         self.config = config
         self.warmup = warmup
-        self.static = isinstance(config, EPDStaticConfig)
-        mem = profile.memory
-        self.decode_cap = mem.kv_capacity_tokens()
-        self.partitioner = SMPartitioner(
-            profile.encode.curve_for, budget=getattr(config, "sm_budget", 0.2))
+        self.timing = PoolTiming.of(profile)
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()
-        cfg, prof = self.config, self.profile
-        static = self.static
+        run = _EPDRun(self, reqs, rate)
+        for t, _, _, handler, a, b in run.loop.events(run.arrive):
+            handler(t, a, b)
+        return run.result(wall0)
+
+
+class _EPDRun:
+    """The state of one run and its event handlers."""
+
+    __slots__ = ("sim", "rate", "loop", "heap", "seq", "pre_tok", "enc_tok", "out_tok", "llm_tok",
+                 "t_first", "t_last", "rejected", "net", "emb_bytes", "kv_bytes", "enc",
+                 "router", "local", "remote", "dws", "rr", "rr_text", "has_remote",
+                 "text_at_encode",
+                 "on_enc_done", "on_timer", "on_pf_arrive", "on_pf_done", "on_dec_arrive",
+                 "on_dec_wake")
+
+    def __init__(self, sim: EPDSimulator, reqs: RequestSet, rate: float):
+        cfg, prof, tm = sim.config, sim.profile, sim.timing
+        self.sim, self.rate = sim, rate
         n = len(reqs)
-        loop = EventLoop(reqs, rate, closed_loop=False)  # open loop only
-        heap, seq = loop.heap, loop.seq
-        pre_tok, enc_tok, out_tok, _, t_first, t_last, rejected = request_lists(reqs)
-        loop.watch(self.stop_rule, t_first, t_last, out_tok)
-        llm_tok = reqs.llm_tokens.tolist()
-
+        self.loop = loop = EventLoop(reqs, rate, closed_loop=False)  # open loop only
+        self.heap, self.seq = loop.heap, loop.seq
+        (self.pre_tok, self.enc_tok, self.out_tok, _, self.t_first, self.t_last,
+         self.rejected) = request_lists(reqs)
+        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok)
+        self.llm_tok = reqs.llm_tokens.tolist()
         n_E, n_P, n_D = cfg.n_E, cfg.n_P, cfg.n_D
-        net = Network(self.cluster, n_E + n_P + n_D)
-        emb_bytes = prof.embedding_bytes_per_token
-        kv_bytes = prof.memory.kv_bytes_per_token
-        enc_spec = prof.encode
-        e_fixed, e_item, e_tok, e_sq = (enc_spec.fixed_s, enc_spec.per_item_s,
-                                        enc_spec.per_token_s, enc_spec.per_token_sq_s)
+        self.net = Network(sim.cluster, n_E + n_P + n_D)
+        self.emb_bytes = prof.embedding_bytes_per_token
+        self.kv_bytes = prof.memory.kv_bytes_per_token
         mm_share = float((reqs.encoder_tokens > 0).mean()) if n else 0.0
-        per_worker_rate = max(rate * mm_share / n_E, 1e-6)
-        if static:
-            batchers = [TimeoutBatcher(cfg.batch, cfg.timeout_ms / 1e3) for _ in range(n_E)]
+        pols = [policies_for(cfg, rate * mm_share, tm.encode.curve_for) for _ in range(n_E)]
+        # one deficit counter for the whole pool (the engine keeps one per encode worker:
+        # with round-robin arrivals the shares agree within n_E requests)
+        self.router = pols[0].router
+        self.local = [PrefillWorker(tm.local_prefill, e, share=1.0)
+                      for e, p in enumerate(pols) if p.local_prefill]
+        self.remote = [PrefillWorker(tm.remote_prefill, n_E + j) for j in range(n_P)]
+        self.has_remote = n_P > 0
+        # text-only requests: through an encode GPU (its local prefill may take them), or,
+        # without local prefill, from the frontend straight to the remote pool
+        self.text_at_encode = pols[0].local_prefill
+        self.enc = [EncodeWorker(tm.encode, e, p.batcher, p.partitioner,
+                                 self.local[e] if p.local_prefill else None)
+                    for e, p in enumerate(pols)]
+        self.dws = [EPDDecode(tm.decode, tm.decode_kv_tokens, n_E + n_P + k)
+                    for k in range(n_D)]
+        self.rr = self.rr_text = 0
+        # bound once: heap entries hold these
+        self.on_enc_done, self.on_timer = self._enc_done, self._timer
+        self.on_pf_arrive, self.on_pf_done = self._pf_arrive, self._pf_done
+        self.on_dec_arrive, self.on_dec_wake = self._dec_arrive, self._dec_wake
+
+    # -- arrival and encode ---------------------------------------------------------------
+    def arrive(self, r: int, t: float) -> None:
+        enc = self.enc
+        if self.enc_tok[r] <= 0:  # text only: straight to prefill
+            if self.text_at_encode:
+                self._route(enc[self.rr_text % len(enc)], r, t)
+                self.rr_text += 1
+            else:
+                self._route(None, r, t)
+            return
+        ew = enc[self.rr % len(enc)]
+        self.rr += 1
+        batch = ew.batcher.add(t, r)
+        if batch is not None:
+            ew.queue.append(batch)
+            if ew.batch is None:
+                self._start_encode(ew, t)
         else:
-            cap = cfg.max_gap_ms / 1e3 if cfg.max_gap_ms is not None else None
-            batchers = [PoissonGapBatcher(cfg.B, cfg.p, per_worker_rate, max_gap=cap)
-                        for _ in range(n_E)]
-        router = DeficitRouter(1.0 if static else cfg.s)
-        partition = self.partitioner.encode_share
-        # prefill workers: local ones (epd only) at index e, remote ones after
-        pws: list[PrefillWorker] = []
-        if not static:
-            pws += [PrefillWorker(prof.prefill, e, share=1.0) for e in range(n_E)]
-        n_local = len(pws)
-        pws += [PrefillWorker(prof.prefill, n_E + j) for j in range(n_P)]
-        remote_idx = list(range(n_local, n_local + n_P))
-        dws = [DecodeWorker(prof.decode, self.decode_cap, n_E + n_P + k) for k in range(n_D)]
-        inflight = [0.0] * n_D  # KV tokens routed to a decode worker, still on the wire
+            self._arm(ew, ew.batcher.deadline(), t)  # type: ignore[arg-type]
 
-        enc_queue: list[deque[list[int]]] = [deque() for _ in range(n_E)]
-        enc_batch: list[list[int] | None] = [None] * n_E
-        enc_share = [1.0] * n_E
-        enc_start = [0.0] * n_E
-        enc_sm_busy = [0.0] * n_E
-        enc_batches = [0] * n_E
-        timer_at: list[float | None] = [None] * n_E
-        timer_ver = [0] * n_E
+    def _arm(self, ew: EncodeWorker, d: float, t: float) -> None:
+        ver = ew.arm(d)
+        if ver is not None:
+            heappush(self.heap, (d, PRIO_TIMER, next(self.seq), self.on_timer, ew, ver))
 
-        def push(t: float, prio: int, kind: int, a: object, b: object = None) -> None:
-            heappush(heap, (t, prio, next(seq), kind, a, b))
+    def _timer(self, t: float, ew: EncodeWorker, ver: int) -> None:
+        if ver != ew.timer_ver:
+            return
+        ew.timer_at = None
+        bt = ew.batcher
+        batch = bt.poll(t)
+        if batch is not None:
+            ew.queue.append(batch)
+            if ew.batch is None:
+                self._start_encode(ew, t)
+        else:
+            d = bt.deadline()
+            if d is not None:
+                self._arm(ew, d, t)
 
-        share_of: dict[int, tuple[float, float]] = {}  # batch size → (share, slowdown)
+    def _start_encode(self, ew: EncodeWorker, t: float) -> None:
+        done = ew.start(t, self.enc_tok)
+        heappush(self.heap, (done, PRIO_DONE, next(self.seq), self.on_enc_done, ew, None))
+        if ew.local is not None:
+            self._set_local_share(ew.local, t, 1.0 - ew.share)
 
-        def start_encode(e: int, t: float) -> None:
-            batch = enc_queue[e].popleft()
-            toks = 0.0
-            sq = 0.0
-            for r in batch:
-                x = enc_tok[r]
-                toks += x
-                sq += x * x
-            nb = len(batch)
-            fs = share_of.get(nb)
-            if fs is None:
-                f = 1.0 if static else partition(nb)
-                curve = enc_spec.curve_for(nb)
-                slow = (1.0 if f >= 1.0 else interp_curve(curve, f) if curve
-                        else 1.0 + self.partitioner.budget)
-                fs = share_of[nb] = (f, slow)
-            f = fs[0]
-            dur = (e_fixed + e_item * nb + e_tok * toks + e_sq * sq) * fs[1]
-            enc_batch[e] = batch
-            enc_share[e] = f
-            enc_start[e] = t
-            enc_batches[e] += 1
-            heappush(heap, (t + dur, PRIO_DONE, next(seq), ENC_DONE, e, None))
-            if not static:
-                set_local_share(e, t, 1.0 - f)
+    def _enc_done(self, t: float, ew: EncodeWorker, _: None) -> None:
+        batch = ew.finish(t)
+        if ew.queue:
+            self._start_encode(ew, t)
+        elif ew.local is not None:
+            self._set_local_share(ew.local, t, 1.0)
+        for r in batch:
+            self._route(ew, r, t)
 
-        def set_local_share(e: int, t: float, share: float) -> None:
-            w = pws[e]
-            ft = w.set_share(t, share)
-            if ft is not None:
-                push(ft, PRIO_DONE, PF_DONE, e, w.version)
+    # -- prefill --------------------------------------------------------------------------
+    def _set_local_share(self, w: PrefillWorker, t: float, share: float) -> None:
+        ft = w.set_share(t, share)
+        if ft is not None:
+            heappush(self.heap, (ft, PRIO_DONE, next(self.seq), self.on_pf_done, w, w.version))
 
-        def prefill_enqueue(wi: int, r: int, t: float) -> None:
-            w = pws[wi]
-            w.queue.append((r, pre_tok[r]))
-            if w.batch is None:
-                ft = w.start(t)
-                push(ft, PRIO_DONE, PF_DONE, wi, w.version)
-
-        def route(e: int, r: int, t: float) -> None:
-            if n_P and router.route():  # epd-static: s = 1, always remote
-                wi = remote_idx[0]
-                best = pws[wi].outstanding
-                for j in remote_idx:
-                    if pws[j].outstanding < best:
-                        wi, best = j, pws[j].outstanding
-                w = pws[wi]
-                w.outstanding += pre_tok[r]
-                src = e if e >= 0 else w.gpu
-                at = net.transfer(src, w.gpu, llm_tok[r] * emb_bytes, t)
-                if at == t:
-                    prefill_enqueue(wi, r, t)
-                else:
-                    push(at, PRIO_ARRIVE, PF_ARRIVE, wi, r)
-            else:
-                pws[e].outstanding += pre_tok[r]
-                prefill_enqueue(e, r, t)
-
-        rr_text = 0
-        rr = 0
-
-        def arrive(r: int, t: float) -> None:
-            nonlocal rr_text, rr
-            if enc_tok[r] <= 0:  # text only: straight to prefill
-                if static:
-                    route(-1, r, t)
-                else:
-                    route(rr_text % n_E, r, t)
-                    rr_text += 1
+    def _route(self, ew: EncodeWorker | None, r: int, t: float) -> None:
+        """Send request r's prefill (its embeddings on encode worker `ew`) local or remote."""
+        pre = self.pre_tok[r]
+        if self.has_remote and self.router.route():  # epd-static: s = 1, always remote
+            remote = self.remote
+            w = remote[0]
+            best = w.outstanding
+            for x in remote:
+                if x.outstanding < best:
+                    w, best = x, x.outstanding
+            w.outstanding += pre
+            src = ew.gpu if ew is not None else w.gpu
+            at = self.net.transfer(src, w.gpu, self.llm_tok[r] * self.emb_bytes, t)
+            if at != t:
+                heappush(self.heap, (at, PRIO_ARRIVE, next(self.seq), self.on_pf_arrive, w, r))
                 return
-            e = rr % n_E
-            rr += 1
-            b = batchers[e]
-            batch = b.add(t, r)
-            if batch is not None:
-                enc_queue[e].append(batch)
-                if enc_batch[e] is None:
-                    start_encode(e, t)
-            else:
-                d = b.deadline()
-                ta = timer_at[e]
-                if ta is None or d < ta:
-                    timer_ver[e] += 1
-                    timer_at[e] = d
-                    heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
+        else:
+            w = ew.local  # type: ignore[union-attr]
+            w.outstanding += pre
+        w.queue.append((r, pre))
+        if w.batch is None:
+            heappush(self.heap, (w.start(t), PRIO_DONE, next(self.seq), self.on_pf_done, w,
+                                 w.version))
 
-        for t, _, _, kind, a, b_ in loop.events(arrive):
-            if kind == DEC_WAKE:
-                dw = dws[a]
-                if b_ == dw.version:
-                    nxt = dw.wake(t, t_last, rejected)
-                    if nxt is not None:
-                        heappush(heap, (nxt[0], PRIO_DONE, next(seq), DEC_WAKE, a, dw.version))
-            elif kind == DEC_ARRIVE:
-                dw = dws[a]
-                inflight[a] -= pre_tok[b_] + out_tok[b_]
-                nxt = dw.add(b_, pre_tok[b_] + 1.0, out_tok[b_], t)
-                if nxt is not None:
-                    heappush(heap, (nxt[0], PRIO_DONE, next(seq), DEC_WAKE, a, dw.version))
-            elif kind == PF_DONE:
-                w = pws[a]
-                if b_ != w.version:
-                    continue
-                if t < w.due:  # slowed down after this event was planned
-                    w.planned = w.due
-                    heappush(heap, (w.due, PRIO_DONE, next(seq), PF_DONE, a, b_))
-                    continue
-                for r in w.finish(t):
-                    w.outstanding -= pre_tok[r]
-                    t_first[r] = t
-                    if out_tok[r] <= 1:
-                        t_last[r] = t
-                        continue
-                    di = 0
-                    best = dws[0].load + inflight[0]
-                    for k in range(1, n_D):
-                        x = dws[k].load + inflight[k]
-                        if x < best:
-                            di, best = k, x
-                    inflight[di] += pre_tok[r] + out_tok[r]
-                    at = net.transfer(w.gpu, dws[di].gpu, pre_tok[r] * kv_bytes, t)
-                    heappush(heap, (at, PRIO_ARRIVE, next(seq), DEC_ARRIVE, di, r))
-                ft = w.start(t)
-                if ft is not None:
-                    heappush(heap, (ft, PRIO_DONE, next(seq), PF_DONE, a, w.version))
-            elif kind == PF_ARRIVE:
-                prefill_enqueue(a, b_, t)
-            elif kind == ENC_DONE:
-                e = a
-                batch = enc_batch[e]
-                enc_sm_busy[e] += enc_share[e] * (t - enc_start[e])
-                enc_batch[e] = None
-                if enc_queue[e]:
-                    start_encode(e, t)
-                elif not static:
-                    set_local_share(e, t, 1.0)
-                for r in batch:  # type: ignore[union-attr]
-                    route(e, r, t)
-            elif kind == ENC_TIMER:
-                e = a
-                if b_ != timer_ver[e]:
-                    continue
-                timer_at[e] = None
-                bt = batchers[e]
-                batch = bt.poll(t)
-                if batch is not None:
-                    enc_queue[e].append(batch)
-                    if enc_batch[e] is None:
-                        start_encode(e, t)
-                else:
-                    d = bt.deadline()
-                    if d is not None:
-                        timer_ver[e] += 1
-                        timer_at[e] = d
-                        heappush(heap, (d, PRIO_TIMER, next(seq), ENC_TIMER, e, timer_ver[e]))
+    def _pf_arrive(self, t: float, w: PrefillWorker, r: int) -> None:
+        w.queue.append((r, self.pre_tok[r]))
+        if w.batch is None:
+            heappush(self.heap, (w.start(t), PRIO_DONE, next(self.seq), self.on_pf_done, w,
+                                 w.version))
 
+    def _pf_done(self, t: float, w: PrefillWorker, ver: int) -> None:
+        if ver != w.version:
+            return
+        heap, seq = self.heap, self.seq
+        if t < w.due:  # slowed down after this event was planned
+            w.planned = w.due
+            heappush(heap, (w.due, PRIO_DONE, next(seq), self.on_pf_done, w, ver))
+            return
+        pre_tok, out_tok, t_first = self.pre_tok, self.out_tok, self.t_first
+        dws, net, kvb, arrive = self.dws, self.net, self.kv_bytes, self.on_dec_arrive
+        for r in w.finish(t):
+            pre = pre_tok[r]
+            w.outstanding -= pre
+            t_first[r] = t
+            out = out_tok[r]
+            if out <= 1:
+                self.t_last[r] = t
+                continue
+            d = dws[0]
+            best = d.reserved + d.pending_tokens + d.inflight
+            for x in dws:
+                v = x.reserved + x.pending_tokens + x.inflight
+                if v < best:
+                    d, best = x, v
+            d.inflight += pre + out
+            at = net.transfer(w.gpu, d.gpu, pre * kvb, t)
+            heappush(heap, (at, PRIO_ARRIVE, next(seq), arrive, d, r))
+        ft = w.start(t)
+        if ft is not None:
+            heappush(heap, (ft, PRIO_DONE, next(seq), self.on_pf_done, w, w.version))
+
+    # -- decode ---------------------------------------------------------------------------
+    def _dec_arrive(self, t: float, d: EPDDecode, r: int) -> None:
+        pre, out = self.pre_tok[r], self.out_tok[r]
+        d.inflight -= pre + out
+        nxt = d.add(r, pre + 1.0, out, t)
+        if nxt is not None:
+            heappush(self.heap, (nxt[0], PRIO_DONE, next(self.seq), self.on_dec_wake, d,
+                                 d.version))
+
+    def _dec_wake(self, t: float, d: EPDDecode, ver: int) -> None:
+        if ver == d.version:
+            nxt = d.wake(t, self.t_last, self.rejected)
+            if nxt is not None:
+                heappush(self.heap, (nxt[0], PRIO_DONE, next(self.seq), self.on_dec_wake, d,
+                                     d.version))
+
+    # -- result ---------------------------------------------------------------------------
+    def result(self, wall0: float) -> RunResult:
+        loop, enc, local, remote, dws = self.loop, self.enc, self.local, self.remote, self.dws
+        n_E, n_P, n_D = len(enc), len(remote), len(dws)
         span = loop.span()
-        local_sm = sum(w.sm_busy_s for w in pws[:n_local])
-        remote_sm = sum(w.sm_busy_s for w in pws[n_local:])
+        enc_sm = sum(e.sm_busy_s for e in enc)
+        local_sm = sum(w.sm_busy_s for w in local)
+        remote_sm = sum(w.sm_busy_s for w in remote)
         util = {
-            "encode": sum(enc_sm_busy) / (n_E * span),
+            "encode": enc_sm / (n_E * span),
             "local_prefill": local_sm / (n_E * span),
-            "encode_gpus": (sum(enc_sm_busy) + local_sm) / (n_E * span),
+            "encode_gpus": (enc_sm + local_sm) / (n_E * span),
             "prefill": remote_sm / (n_P * span) if n_P else 0.0,
             "decode": sum(d.busy_s for d in dws) / (n_D * span),
         }
         util["gpus"] = (util["encode_gpus"] * n_E + util["prefill"] * n_P
                         + util["decode"] * n_D) / (n_E + n_P + n_D)
-        nb = sum(enc_batches)
+        nb = sum(e.batches for e in enc)
+        router = self.router
         extra = {
-            "mean_encode_batch": (sum(1 for x in enc_tok if x > 0) / nb) if nb else 0.0,
+            "mean_encode_batch": (sum(1 for x in self.enc_tok if x > 0) / nb) if nb else 0.0,
             "remote_prefill_share": router.remote / max(router.remote + router.local, 1),
-            "network_GB": net.bytes_moved / 1e9,
+            "network_GB": self.net.bytes_moved / 1e9,
         }
-        return build_result(rate, loop, t_first, t_last, out_tok, rejected, self.warmup, util,
-                            wall0, extra, load_stats=False)
+        return build_result(self.rate, loop, self.t_first, self.t_last,
+                            self.out_tok, self.rejected, self.sim.warmup, util, wall0, extra,
+                            load_stats=False)
