@@ -14,10 +14,10 @@ from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.profile import Profile
 from hastune.recipe import Recipe
+from hastune.runs import RunResult
 from hastune.sim import Simulator, make_simulator
 from hastune.sim.common import StopRule
 from hastune.sim.instance import InstanceTiming, instance_shapes
-from hastune.sim.result import RunResult
 from hastune.stability import Stability, stopped, unjudged
 from hastune.workload import RequestSet, sample_requests
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hastune.recipe import SLO
-from hastune.sim.result import RunResult
+from hastune.runs import RunResult
 from hastune.stability import Stability
 
 

@@ -17,7 +17,7 @@ from hastune.config import EPDConfig, EPDStaticConfig, NoDGConfig, PaDGConfig
 from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.recipe import Recipe
-from hastune.sim.result import RunResult
+from hastune.runs import RunResult
 from hastune.stability import Stability, unjudged
 from hastune.workload import RequestSet, sample_requests
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from hastune.goodput import RateGrid, search_goodput
 from hastune.recipe import SLO
-from hastune.sim.result import RunResult
+from hastune.runs import RunResult
 
 SLO_ = SLO(ttft_s=1.0, tpot_s=0.1)
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from hastune.evaluate import Evaluation
 from hastune.recipe import SLO
-from hastune.sim.result import RunResult
+from hastune.runs import RunResult
 from hastune.stability import assess
 
 SLO_ = SLO(ttft_s=2.0, tpot_s=0.1)

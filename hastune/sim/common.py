@@ -13,8 +13,8 @@ from itertools import count
 
 import numpy as np
 
+from hastune.runs import RunResult, latencies
 from hastune.sim.events import PRIO_ARRIVE
-from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
 
 # Event kind of an arrival that comes through the heap (a closed-loop client's next request,
@@ -270,12 +270,7 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
         ex["stopped_early_s"] = loop.t
     else:
         finish = tl
-    ttft = tf - a
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(outs > 1, (tl - tf) / np.maximum(outs - 1, 1), np.nan)
-    if rejected:
-        ttft[rejected] = np.inf
-        tpot[rejected] = np.inf
+    ttft, tpot = latencies(a, tf, tl, outs, rejected)
     # throughput while requests were still arriving (in closed loop: while every client was
     # busy): measured completions up to the last arrival, over that stretch
     n = len(a)

@@ -3,11 +3,9 @@ RunResult the simulator produces (so one goodput search serves both)."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from hastune.sim.result import RunResult
+from hastune.runs import RunResult, latencies
 from hastune.workload import MODALITY_CODE, RequestSet
 from runners.engine.engine import RunRecord
 from runners.engine.messages import Job
@@ -33,13 +31,8 @@ def jobs_from(reqs: RequestSet, rate: float, vocab: int, seed: int,
 
 
 def to_result(rec: RunRecord, warmup: float) -> RunResult:
-    ttft = rec.first - rec.arrival
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(rec.tokens > 1, (rec.last - rec.first) / np.maximum(rec.tokens - 1, 1),
-                        np.nan)
-    for rid in rec.failed:
-        ttft[rid] = math.inf
-        tpot[rid] = math.inf
+    """The RunResult of an engine run (failed requests count as rejected: inf)."""
+    ttft, tpot = latencies(rec.arrival, rec.first, rec.last, rec.tokens, rec.failed)
     n = len(ttft)
     return RunResult(rate=rec.rate, ttft=ttft, tpot=tpot, warmup=int(warmup * n),
                      rejected=len(rec.failed), wall_s=rec.wall_s,
