@@ -106,7 +106,7 @@ class Bench:
 
 
 def device_part(torch: Any, args: argparse.Namespace, out: dict) -> Any:
-    from hastune.calibrate.green import GreenContexts
+    from runners.device.green import GreenContexts
 
     props = torch.cuda.get_device_properties(0)
     green, why = GreenContexts.probe(torch, "cuda:0")
@@ -121,7 +121,7 @@ def device_part(torch: Any, args: argparse.Namespace, out: dict) -> Any:
 
 
 def shares_part(torch: Any, green: Any, args: argparse.Namespace, out: dict) -> None:
-    from hastune.calibrate.green import split_sms
+    from runners.device.green import split_sms
     from runners.model import load_model
 
     t0 = time.perf_counter()

@@ -180,7 +180,7 @@ class Device:
             self.share_kind = "time-shared"
 
     def _setup_green(self) -> None:
-        from hastune.calibrate.green import GreenContexts
+        from runners.device.green import GreenContexts
 
         self._green, _why = GreenContexts.probe(self.torch, self.spec)
         if self._green is None:

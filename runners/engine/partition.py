@@ -10,7 +10,7 @@ device. Three ways, chosen at start:
   stream of a green context of n_E = f(b)·SMs SMs, a local prefill batch that starts while an
   encode runs goes on a green context of the remaining SMs, one that starts while the encoder
   idles on a stream over the whole device. Counts are rounded onto the driver's SM grid
-  (hastune/calibrate/green.py); contexts and streams are made once per SM count. Each call
+  (runners/device/green.py); contexts and streams are made once per SM count. Each call
   waits for its stream, so the embeddings the encoder hands over are complete.
 - `threads` (CPU): what the engine has always done: the encoder and the local prefill are two
   threads of the process, each running torch with the worker's `threads`; the OS shares the
@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from hastune.calibrate.green import GreenContexts, sm_granularity, split_sms
 from hastune.policies import SMPartitioner
+from runners.device.green import GreenContexts, sm_granularity, split_sms
 
 GREEN, THREADS, NONE = "green contexts", "threads", "none"
 

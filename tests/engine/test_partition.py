@@ -10,8 +10,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from hastune.calibrate.green import GreenContexts, round_sms, sm_granularity, split_sms
 from hastune.policies import SMPartitioner
+from runners.device.green import GreenContexts, round_sms, sm_granularity, split_sms
 from runners.engine.partition import GREEN, NONE, THREADS, DevicePartition
 
 

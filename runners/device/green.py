@@ -1,8 +1,9 @@
 """CUDA green contexts: a stream whose kernels run on n of a GPU's SMs.
 
-Shared by `hastune profile` (measure.py: encode / prefill timed at SM shares) and the engine's
-encode worker (runners/engine/partition.py: encoder and co-resident local prefill on disjoint
-SM groups). torch is passed in, never imported here, so `import hastune` stays light.
+Shared by `hastune profile` (hastune/calibrate/measure.py: encode / prefill timed at SM shares)
+and the engine's encode worker (runners/engine/partition.py: encoder and co-resident local
+prefill on disjoint SM groups). torch is passed in, never imported here, so importing this
+module stays light.
 
 The driver gives SMs in groups (cuDevSmResourceSplitByCount): at least `min` SMs, in steps of
 `step`, by compute capability (CUDA driver API docs): 9.x and later 8 / 8, 8.x 4 / 2, older
