@@ -4,21 +4,25 @@ from __future__ import annotations
 
 from hastune.policies.admission import Admission, SlackTracker
 from hastune.policies.batcher import PoissonGapBatcher, TimeoutBatcher, poisson_gap_kappa
+from hastune.policies.iteration import IterationScheduler, Prompt
 from hastune.policies.mitosis import GROW, HOLD, SHRINK, Mitosis
 from hastune.policies.partitioner import SEED_SM_TABLE, SMPartitioner
 from hastune.policies.rolling import RollingActivation
-from hastune.policies.router import DeficitRouter
+from hastune.policies.router import DeficitRouter, LeastInFlight
 
 __all__ = [
     "Admission",
     "DeficitRouter",
     "GROW",
     "HOLD",
+    "IterationScheduler",
+    "LeastInFlight",
     "Mitosis",
     "RollingActivation",
     "SHRINK",
     "SlackTracker",
     "PoissonGapBatcher",
+    "Prompt",
     "SEED_SM_TABLE",
     "SMPartitioner",
     "TimeoutBatcher",

@@ -1,4 +1,5 @@
-"""Deficit router: sends a share s of prefills to the remote pool, deterministically."""
+"""Routers: the deficit router (a share s of prefills to the remote pool, deterministically)
+and the least-in-flight router (each request to the replica with the fewest in flight)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,38 @@ class DeficitRouter:
     @property
     def deficit(self) -> float:
         return self._acc / self._den
+
+
+class LeastInFlight:
+    """Sends each request to the replica with the fewest requests in flight (ties: the lowest
+    index), optionally among the `live` ones only; `finish` ends a request wherever it went.
+
+    `where` maps a request key (the simulator's request index, the engine's request id) to its
+    replica for as long as the request is in flight."""
+
+    __slots__ = ("inflight", "where")
+
+    def __init__(self, n: int):
+        if n < 1:
+            raise ValueError("a router needs at least one replica")
+        self.inflight = [0] * n
+        self.where: dict = {}
+
+    def route(self, key: object, live: list[int] | None = None) -> int:
+        """The replica for request `key` (now in flight there)."""
+        load = self.inflight
+        if live is None:
+            k = load.index(min(load))  # the first of equals
+        else:
+            k = min(live, key=load.__getitem__)  # min keeps the first of equals
+        load[k] += 1
+        self.where[key] = k
+        return k
+
+    def finish(self, key: object) -> int | None:
+        """Request `key` left its replica (finished, failed or rejected): that replica, or None
+        for a key not in flight."""
+        k = self.where.pop(key, None)
+        if k is not None:
+            self.inflight[k] -= 1
+        return k

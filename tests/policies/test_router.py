@@ -5,7 +5,7 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hastune.policies import DeficitRouter
+from hastune.policies import DeficitRouter, LeastInFlight
 
 
 @settings(max_examples=300)
@@ -28,3 +28,31 @@ def test_float_accumulation_trap():
 def test_extremes():
     assert not any(DeficitRouter(0.0).route() for _ in range(100))
     assert all(DeficitRouter(1.0).route() for _ in range(100))
+
+
+@settings(max_examples=200)
+@given(st.integers(1, 6), st.lists(st.tuples(st.booleans(), st.integers(0, 50)), max_size=200))
+def test_least_in_flight_picks_the_fewest_then_the_lowest_index(n, ops):
+    """Arrivals (True) and finishes of some request in flight (False, which one by index)."""
+    r = LeastInFlight(n)
+    count = [0] * n
+    live: list[int] = []
+    key = 0
+    for arrive, pick in ops:
+        if arrive or not live:
+            k = r.route(key)
+            assert k == min(range(n), key=lambda i: (count[i], i))
+            count[k] += 1
+            live.append(key)
+            key += 1
+        else:
+            gone = live.pop(pick % len(live))
+            count[r.finish(gone)] -= 1
+        assert r.inflight == count
+    assert r.finish(-1) is None  # a key not in flight
+
+
+def test_least_in_flight_among_live_replicas():
+    r = LeastInFlight(3)
+    assert [r.route(i, live=[1, 2]) for i in range(4)] == [1, 2, 1, 2]
+    assert r.route(9) == 0
