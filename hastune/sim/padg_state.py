@@ -11,6 +11,11 @@ from hastune.sim.instance import InstanceTiming, ReplicaDecode
 
 DECODE, SWITCHING, PREFILL = 0, 1, 2  # an instance's phase (SWITCHING: decoding to a boundary)
 
+# event kinds after common.ARRIVE (0), a closed-loop client's next request: a switch to
+# prefill at a decode boundary, a decode finish, a prefill batch done, the first stage free, a
+# re-offer timer, a mitosis decision, a started instance ready
+SWITCH, DEC, PF_DONE, PF_NEXT, RETRY, SCALE, READY = range(1, 8)
+
 
 class Inst:
     """One instance's state."""
