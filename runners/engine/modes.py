@@ -1,8 +1,8 @@
 """The frontend side of the engine's `nodg` and `padg` modes: it starts the replica workers
 (runners/engine/replica.py) and decides where each request goes.
 
-- nodg: the replica with the fewest requests in flight (ties: the lowest index), as
-  hastune.sim.nodg routes.
+- nodg: the replica with the fewest requests in flight (ties: the lowest index), the policy
+  the simulator routes with (hastune.policies `LeastInFlight`), among the live replicas.
 - padg: the macro-instance scheduler of hastune.sim.padg, built from the same policy objects
   (hastune.policies `Admission`, `SlackTracker`, `RollingActivation`) fed with the instances'
   live state: requests go to a macro-instance (smooth weighted round robin over the live
@@ -25,7 +25,7 @@ from collections import deque
 from typing import Any
 
 from hastune.errors import InputError
-from hastune.policies import Admission, RollingActivation, SlackTracker
+from hastune.policies import Admission, LeastInFlight, RollingActivation, SlackTracker
 from hastune.policies.rolling import pick_macro
 from runners.engine.messages import (
     EV_DONE,
@@ -126,29 +126,22 @@ class _Mode:
 class NoDGMode(_Mode):
     def __init__(self, engine: Any, names: list[str], status: Status):
         super().__init__(engine, names, status)
-        self.inflight = [0] * len(names)
-        self.where: dict[int, int] = {}
+        self.router = LeastInFlight(len(names))
 
     def begin_run(self) -> None:
         super().begin_run()
         with self.lock:
-            self.inflight = [0] * len(self.names)
-            self.where.clear()
+            self.router = LeastInFlight(len(self.names))
 
     def route(self, job: Any) -> str:
         with self.lock:
             live = [i for i in range(len(self.names)) if self.alive(i)] or [0]
-            k = min(live, key=lambda i: self.inflight[i])
-            self.inflight[k] += 1
-            self.where[job.rid] = k
-            return self.names[k]
+            return self.names[self.router.route(job.rid, live)]
 
     def on_event(self, kind: str, rid: int, name: str, t: float, extra: Any) -> None:
         if kind == EV_DONE or kind == EV_FAILED:
             with self.lock:
-                k = self.where.pop(rid, None)
-                if k is not None:
-                    self.inflight[k] -= 1
+                self.router.finish(rid)
 
 
 class _Macro:

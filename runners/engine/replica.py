@@ -25,6 +25,7 @@ import time
 from collections import deque
 from typing import Any
 
+from hastune.policies import IterationScheduler
 from runners.engine.messages import (
     EV_DONE,
     EV_FAILED,
@@ -197,40 +198,29 @@ def nodg_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
         chunk = None  # the model cannot continue a prompt: whole prompts (status says so)
     status.set(index, "chunked", 1.0 if chunk else 0.0)
     rp.ready()
-    waiting: deque[_Req] = deque()   # not yet given KV
-    pf: deque[_Req] = deque()        # given KV, prefilling (FIFO)
-    reserved = 0
+    # FIFO admission under seats and KV, and each iteration's prefill chunks (hastune.policies,
+    # the simulator's rules): waiting → prefilling → rp.running
+    sched = IterationScheduler(rp.max_batch, rp.cap, chunk or None, rp.pf_budget)
+    running_kv = 0                   # KV reserved by rp.running
     last_dec: float | None = None    # when the decode batch last made a token
     waited = 0                       # prefill tokens run since then
     while True:
-        for msg in _drain(inbox, block=not (waiting or pf or rp.running)):
+        for msg in _drain(inbox, block=not (sched.waiting or sched.prefilling or rp.running)):
             if msg == STOP:
                 return
             r = _Req(msg, model, rp.block)
-            if r.need > rp.cap:
+            if not sched.add(r):
                 events.put((EV_FAILED, msg.rid, name, time.monotonic(),
                             f"needs {r.need} KV tokens; replica {name} holds {rp.cap}"))
-            else:
-                waiting.append(r)
-        while (waiting and len(rp.running) + len(pf) < rp.max_batch
-               and reserved + waiting[0].need <= rp.cap):
-            r = waiting.popleft()
-            reserved += r.need
-            pf.append(r)
-        if not pf and not rp.running:
+        sched.admit(len(rp.running), running_kv)
+        if not sched.prefilling and not rp.running:
             continue
         it0 = t0 = time.monotonic()
         dec = list(rp.running)
+        plan, ptok, _ = sched.plan(len(dec)) if sched.prefilling else ([], 0, 0.0)
+        ptok = int(ptok)
         if chunk:
-            room = chunk - len(dec)
-            plan: list[tuple[_Req, int]] = []
-            for r in pf:
-                if room <= 0:
-                    break
-                c = min(r.total - r.done, room)
-                plan.append((r, c))
-                room -= c
-            fresh = [r for r, _ in plan if r.done == 0]
+            fresh = [r for r, c in plan if r.done == c]  # starting their prompt
             _encode(model, fresh)
             for r in fresh:
                 r.handle = model.begin_prefill(r.job.prompt, r.emb)
@@ -238,32 +228,21 @@ def nodg_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
             if dec:
                 model.decode_step([r.handle for r in dec])
             for r, c in plan:
-                model.prefill_chunk(r.handle, c)
-                r.done += c
-            ptok = sum(c for _, c in plan)
-        elif pf:  # a prefill-only iteration: decoding pauses
+                model.prefill_chunk(r.handle, int(c))
+        elif plan:  # a prefill-only iteration: decoding pauses
             dec = []
-            batch: list[_Req] = []
-            ptok = 0
-            for r in pf:
-                if batch and ptok + r.total > rp.pf_budget:
-                    break
-                batch.append(r)
-                ptok += r.total
+            batch = [r for r, _ in plan]
             _encode(model, batch)
             outs = model.prefill_batch([(r.job.prompt, r.emb) for r in batch])
             for r, (_tok, h) in zip(batch, outs):
-                r.handle, r.emb, r.done = h, None, r.total
+                r.handle, r.emb = h, None
         else:
             model.decode_step([r.handle for r in dec])
-            ptok = 0
         t1 = time.monotonic()
-        joined = []
-        while pf and pf[0].done >= pf[0].total:
-            joined.append(pf.popleft())
+        joined = sched.pop_done()
         if dec:  # how long the batch waited for this step: seconds, and prefill tokens
             for r in rp.decode(dec, t1):
-                reserved -= r.need
+                running_kv -= r.need
             if last_dec is not None:
                 rp.stat_max("max_decode_gap_s", t1 - last_dec)
                 rp.stat_max("max_decode_wait_tokens", waited + ptok)
@@ -271,8 +250,8 @@ def nodg_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
         elif rp.running:  # a prefill-only iteration stalled the decoding requests
             waited += ptok
         for r in rp.first(joined, t1):
-            if r.left <= 0:
-                reserved -= r.need
+            if r.left > 0:
+                running_kv += r.need
         if not rp.running:
             last_dec, waited = None, 0
         elif dec or last_dec is None:
