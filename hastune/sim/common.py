@@ -1,5 +1,5 @@
 """Pieces the simulators share: arrivals (open or closed loop), the event loop that merges them
-with the event heap, per-request lists, routing across instances, and turning per-request
+with the event heap, per-request lists, and turning per-request
 timestamps into a RunResult."""
 
 from __future__ import annotations
@@ -231,15 +231,6 @@ class EventLoop:
                 break
         self.t = t
         self.popped = popped
-
-
-def least_loaded(loads: list[float]) -> int:
-    """Index of the smallest load (the first on ties)."""
-    best, bi = loads[0], 0
-    for i in range(1, len(loads)):
-        if loads[i] < best:
-            best, bi = loads[i], i
-    return bi
 
 
 def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: list[float],
