@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -10,7 +9,10 @@ import typer
 
 from hastune.config import load_config
 from hastune.evaluate import Evaluation
+from hastune.jsonio import dumps
 from hastune.recipe import load_recipe
+
+__all__ = ["BACKEND_OPTION", "RAY_ADDRESS_OPTION", "dumps", "fmt_s", "load_inputs"]
 
 
 def load_inputs(recipe: Path, config: Path, requests: int | None, seed: int | None):
@@ -19,23 +21,6 @@ def load_inputs(recipe: Path, config: Path, requests: int | None, seed: int | No
     ev = Evaluation(rec, requests=requests, seed=seed)
     ev.check(cfg, config)
     return rec, cfg, ev
-
-
-def _clean(x: object) -> object:
-    if isinstance(x, float):
-        if math.isinf(x) or math.isnan(x):
-            return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
-        return round(x, 6)
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_clean(v) for v in x]
-    return x
-
-
-def dumps(obj: dict) -> str:
-    """JSON for machines: no NaN (null), infinity as the string 'inf'."""
-    return json.dumps(_clean(obj), indent=2)
 
 
 def fmt_s(x: float) -> str:

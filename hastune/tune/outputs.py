@@ -11,6 +11,7 @@ import yaml
 
 from hastune.config import dump_config, parse_config
 from hastune.goodput import GoodputResult
+from hastune.jsonio import dumps
 from hastune.tune.runner import Tuner, evaluated_trials
 
 
@@ -104,8 +105,6 @@ def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
         p.write_text(header + yaml.safe_dump(dump_config(cfg), sort_keys=False))
         written.append(p)
     p = out / "summary.json"
-    from hastune.cli.common import dumps
-
     p.write_text(dumps(summary))  # the same text `--json` prints
     written.append(p)
     p = out / "trials.csv"
