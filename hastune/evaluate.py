@@ -9,15 +9,15 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from hastune.config import EPD_FAMILY, AnyConfig
+from hastune import archs
+from hastune.config import AnyConfig
 from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.profile import Profile
 from hastune.recipe import Recipe
 from hastune.runs import RunResult
-from hastune.sim import Simulator, make_simulator
+from hastune.sim import Simulator
 from hastune.sim.common import StopRule
-from hastune.sim.instance import InstanceTiming, instance_shapes
 from hastune.stability import Stability, stopped, unjudged
 from hastune.workload import RequestSet, sample_requests
 
@@ -41,8 +41,8 @@ class Evaluation:
                  requests: int | None = None, seed: int | None = None):
         self.recipe = recipe
         self.profile = profile or recipe.load_profile()
-        if any(a in EPD_FAMILY for a in recipe.architectures):
-            self._check_epd_tp()
+        for a in recipe.architectures:
+            archs.get(a, recipe.path).check_profile(self.profile)
         self.seed = recipe.seed if seed is None else seed
         self.base_requests = requests or recipe.workload.requests
         self._pool: RequestSet = sample_requests(
@@ -140,56 +140,22 @@ class Evaluation:
                 return run
             n = min(2 * n, cap)
 
-    def _check_epd_tp(self) -> None:
-        if self.profile.tp != 1:
-            # epd / epd-static place one worker per GPU; padg/nodg/fudg run TP groups
-            raise InputError(self.profile.path, "tp",
-                             f"the profile describes a tensor-parallel group of "
-                             f"{self.profile.tp} GPUs, but epd and epd-static workers run on "
-                             "one GPU each", "use a GPU whose memory holds the model (a profile "
-                             "with tp: 1), e.g. a 80 GB or 141 GB card, or architecture padg, "
-                             "nodg or fudg, which run TP groups")
-
     def check(self, config: Config, config_path: str | Path | None = None) -> None:
         """Refuse a config this recipe cannot run, naming the field and the fix."""
         cluster = self.recipe.cluster
+        arch = archs.of(config)
         if config.gpus > cluster.gpus:
-            how = ("n_E + n_P + n_D" if config.architecture in EPD_FAMILY
-                   else "instances × tp × pp")
             raise InputError(config_path, None,
-                             f"the config uses {config.gpus} GPUs ({how}) but the recipe's "
-                             f"budget cluster.gpus is {cluster.gpus}",
+                             f"the config uses {config.gpus} GPUs ({arch.gpu_formula}) but the "
+                             f"recipe's budget cluster.gpus is {cluster.gpus}",
                              "use fewer GPUs in the config or raise cluster.gpus in the recipe")
-        if config.architecture in EPD_FAMILY:
-            self._check_epd_tp()
-            if self.recipe.workload.arrival.process == "closed":
-                raise InputError(self.recipe.path, "workload.arrival.process",
-                                 f"closed-loop arrivals are not simulated for "
-                                 f"{config.architecture}", "use poisson or gamma arrivals, or "
-                                 "architecture padg, nodg or fudg")
-            return
-        for prefix, tp, pp in instance_shapes(config):
-            if tp not in self.profile.tp_degrees:
-                raise InputError(config_path, f"{prefix}tp",
-                                 f"the profile {self.profile.name} has no tensor-parallel "
-                                 f"variant tp = {tp}",
-                                 "use one of tp " + ", ".join(map(str, self.profile.tp_degrees)))
-            if tp > cluster.gpus_per_node:
-                raise InputError(config_path, f"{prefix}tp",
-                                 f"tp = {tp} spans nodes (gpus_per_node = "
-                                 f"{cluster.gpus_per_node}); TP groups stay inside a node",
-                                 "lower tp and use pp for more GPUs per instance")
-            tm = InstanceTiming(self.profile, tp, pp, cluster)
-            if tm.kv_cap_text <= 0:
-                raise InputError(config_path, f"{prefix}pp",
-                                 f"the model's weights leave no room for KV cache at tp = {tp}, "
-                                 f"pp = {pp}", "raise tp or pp")
+        arch.check(self, config, config_path)
 
     def simulator(self, config: Config,
                   config_path: str | Path | None = None) -> Simulator:
         self.check(config, config_path)
-        sim = make_simulator(self.profile, self.recipe.cluster, config,
-                             warmup=self.recipe.workload.warmup, slo=self.recipe.slo)
+        sim = archs.of(config).simulator(self.profile, self.recipe.cluster, config,
+                                         self.recipe.workload.warmup, self.recipe.slo)
         if not self.closed:
             slo = self.recipe.slo
             att = slo.criterion == "attainment"
@@ -230,19 +196,12 @@ class Evaluation:
     def start_rate(self, config: Config) -> float:
         """A first guess near the decode capacity, so the bracket takes few probes (in closed
         loop: a number of clients)."""
-        prof = self.profile
         reqs = self.requests
         ctx = float((reqs.prefill_tokens + reqs.output_tokens / 2).mean())
         out = float(reqs.output_tokens.mean())
-        if config.architecture in EPD_FAMILY:
-            dec, cap, units = prof.decode, prof.memory.kv_capacity_tokens(), config.n_D
-        else:
-            _, tp, pp = instance_shapes(config)[-1]
-            tm = InstanceTiming(prof, tp, pp, self.recipe.cluster)
-            dec, cap = tm.decode, tm.kv_cap_text
-            # decode instances; a replica that also prefills gets about half of its time
-            units = {"padg": lambda c: 0.5 * c.instances, "nodg": lambda c: 0.5 * c.replicas,
-                     "fudg": lambda c: c.decode_instances}[config.architecture](config)
+        arch = archs.of(config)
+        dec, cap = arch.decode_timing(self, config)
+        units = arch.decode_units(config)  # decode instances (a colocated replica: about half)
         slots = max(1.0, min(dec.max_batch, cap / max(ctx + out / 2, 1.0)))
         step = dec.step(int(slots), slots * ctx)
         per_unit = slots / max(step * max(out - 1, 1.0), 1e-9)

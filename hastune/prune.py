@@ -29,19 +29,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hastune.config import (
-    EPD_FAMILY,
-    AnyConfig,
-    EPDConfig,
-    FuDGConfig,
-    config_dict,
-    parse_config,
-)
+from hastune import archs
+from hastune.config import AnyConfig, config_dict, parse_config
 from hastune.errors import InputError
 from hastune.profile import Profile
 from hastune.recipe import Recipe
-from hastune.sim.instance import InstanceTiming, instance_shapes
-from hastune.space import SearchSpace, config_key
+from hastune.sim.instance import InstanceTiming
+from hastune.space import SearchSpace
 from hastune.workload import RequestSet
 
 Config = AnyConfig
@@ -141,7 +135,8 @@ class Bounds:
         c = recipe.cluster
         self.port_bw = max(c.intra_node.bandwidth_GBps, c.inter_node.bandwidth_GBps) * 1e9
 
-        self._shapes: dict[tuple[int, int], _Shape | None] = {}
+        self._shapes: dict[tuple[int, int, bool], _Shape | None] = {}
+        self._zero_whole: bool | None = None
 
     def shape(self, tp: int, pp: int, encoder: bool = True) -> _Shape | None:
         """Bounds of one instance of tp × pp GPUs (None: the profile lacks tp, or a TP group
@@ -153,36 +148,11 @@ class Bounds:
         return self._shapes[key]
 
     def shapes(self, cfg: Config) -> list[_Shape | None]:
-        """The bounds of each kind of instance of a replica-based config (fudg's decode
-        instances hold no encoder)."""
-        return [self.shape(tp, pp, prefix != "decode_") for prefix, tp, pp in
-                instance_shapes(cfg)]
+        """The bounds of each kind of model instance `cfg` runs (its architecture's
+        `shapes`)."""
+        return [self.shape(sh.tp, sh.pp, sh.encoder) for sh in archs.of(cfg).shapes(cfg)]
 
-    def zero_load_ok(self, cfg: Config | None = None) -> bool:
-        """Whether the percentile of per-request lower bounds meets the SLOs (for a replica-based
-        config: at its instances' parallelism)."""
-        if cfg is None or cfg.architecture in EPD_FAMILY:
-            return self._lb_ok(self.ttft_lb, self.tpot_lb)
-        shapes = self.shapes(cfg)
-        if any(sh is None for sh in shapes):
-            return False
-        if cfg.architecture == "fudg":
-            p, d = shapes
-            ttft = p.ttft_lb + self.kv_lb_s(cfg)  # type: ignore[union-attr]
-            return self._lb_ok(ttft, d.tpot_lb)  # type: ignore[union-attr]
-        return self._lb_ok(shapes[0].ttft_lb, shapes[0].tpot_lb)  # type: ignore[union-attr]
-
-    def kv_lb_s(self, cfg: FuDGConfig) -> np.ndarray:
-        """Least time to move each request's KV: over the fastest path, every shard at once."""
-        c = self.recipe.cluster
-        p = self.shape(cfg.prefill_tp, cfg.prefill_pp)
-        gp = cfg.prefill_tp * cfg.prefill_pp
-        bw = max(c.intra_node.bandwidth_GBps * gp, c.inter_node.bandwidth_GBps) * 1e9
-        lat = min(c.intra_node.latency_us, c.inter_node.latency_us) * 1e-6
-        moved = self.reqs.prefill_tokens * (self.reqs.output_tokens > 1)  # 1 token: no decode
-        return (lat + moved * p.kv_bytes / bw) * (moved > 0)  # type: ignore[union-attr]
-
-    def _lb_ok(self, ttft_lb: np.ndarray, tpot_lb: np.ndarray) -> bool:
+    def lb_ok(self, ttft_lb: np.ndarray, tpot_lb: np.ndarray) -> bool:
         slo = self.recipe.slo
         w = int(self.recipe.workload.warmup * len(self.reqs))
         ttft, tpot = ttft_lb[w:], tpot_lb[w:]
@@ -194,68 +164,22 @@ class Bounds:
                     and (tp.size == 0
                          or np.percentile(tp, slo.percentile, method="higher") <= slo.tpot_s))
 
+    # the per-architecture rules (hastune/archs/<name>.py), for one config
     def memory_ok(self, cfg: Config) -> bool:
-        if cfg.architecture not in EPD_FAMILY:
-            for sh in self.shapes(cfg):
-                if sh is None or sh.max_reserve > sh.kv_cap:
-                    return False
-            return True
-        if self.max_reserve > self.kv_cap:
-            return False  # some request can never be decoded
-        if isinstance(cfg, EPDConfig) and cfg.s < 1.0 and not self.local_fits:
-            return False
-        return True
+        return archs.of(cfg).memory_ok(self, cfg)
+
+    def zero_load_ok(self, cfg: Config) -> bool:
+        return archs.of(cfg).zero_load_ok(self, cfg)
 
     def stages(self, cfg: Config) -> dict[str, float]:
-        if cfg.architecture not in EPD_FAMILY:
-            return self._replica_stages(cfg)
-        inf = float("inf")
-        prof = self.profile
-        B = cfg.B if isinstance(cfg, EPDConfig) else cfg.batch
-        enc_per_req = self.mm_share * prof.encode.fixed_s / B + self.enc_work_var
-        st = {"encode": cfg.n_E / enc_per_req if enc_per_req > 0 else inf}
-        s = cfg.s if isinstance(cfg, EPDConfig) else 1.0
-        w = self.prefill_work
-        remote = cfg.n_P / (s * w) if s > 0 else inf
-        local = cfg.n_E / ((1 - s) * w) if s < 1 else inf
-        st["prefill"] = min(remote, local)
-        st["decode"] = cfg.n_D * min(self.decode_per_gpu, self.decode_kv_per_gpu)
-        senders = cfg.n_P + (cfg.n_E if s < 1 else 0)
-        st["network"] = senders * self.port_bw / self.kv_bytes if self.kv_bytes > 0 else inf
-        return st
+        return archs.of(cfg).stages(self, cfg)
 
-
-    def _replica_stages(self, cfg: Config) -> dict[str, float]:
-        """Capacity bounds (req/s) of replica-based configs. An instance that prefills and
-        decodes (padg, nodg) spends per request at least its prefill work without fixed costs
-        (pipelined over pp stages) plus its decode tokens at the best per-token time any batch
-        that fits can reach; KV-seconds bound it too (Little's law). Every config reports the
-        epd stages too (encode, prefill, decode, network: ∞ where there is none), so tables
-        read the same for every architecture; the bound is the smallest entry."""
-        inf = float("inf")
-        if cfg.architecture == "fudg":
-            p, d = self.shapes(cfg)
-            st = {"encode": inf,
-                  "prefill": cfg.prefill_instances / p.prefill_s if p.prefill_s > 0 else inf,
-                  "decode": cfg.decode_instances * min(1 / d.decode_s if d.decode_s > 0
-                                                       else inf, d.kv_rate)}
-            c = self.recipe.cluster
-            ports = (cfg.prefill_instances * cfg.prefill_tp * cfg.prefill_pp
-                     * c.intra_node.bandwidth_GBps
-                     + (-(-cfg.gpus // c.gpus_per_node)) * c.inter_node.bandwidth_GBps) * 1e9
-            cr = self.cap_reqs
-            moved = cr.prefill_tokens * (cr.output_tokens > 1)
-            kv = float(moved.mean()) * p.kv_bytes
-            st["network"] = ports / kv if kv > 0 else inf
-            return st
-        sh = self.shapes(cfg)[0]
-        n = cfg.instances if cfg.architecture == "padg" else cfg.replicas  # type: ignore
-        work = sh.prefill_s + sh.decode_s
-        return {"encode": inf,
-                "prefill": n / sh.prefill_s if sh.prefill_s > 0 else inf,
-                "decode": n * min(1 / sh.decode_s if sh.decode_s > 0 else inf, sh.kv_rate),
-                "network": inf,  # no KV leaves an instance
-                "instances": n / work if work > 0 else inf}  # prefill and decode share it
+    @property
+    def zero_load_whole_gpu(self) -> bool:
+        """Whether the per-request bounds on whole, unshared GPUs (tp 1) meet the SLOs."""
+        if self._zero_whole is None:
+            self._zero_whole = self.lb_ok(self.ttft_lb, self.tpot_lb)
+        return self._zero_whole
 
 
 class _Shape:
@@ -346,7 +270,6 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
     removed = dict.fromkeys(RULES, 0)
     total = 0
     cands: list[Candidate] = []
-    zero_ok = b.zero_load_ok()
     seen_equiv: set[tuple] = set()
     for raw in _raw_combos(space, recipe.cluster.gpus):
         total += 1
@@ -361,12 +284,11 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
         if not b.memory_ok(cfg):
             removed["memory"] += 1
             continue
-        if not (zero_ok if cfg.architecture in EPD_FAMILY else b.zero_load_ok(cfg)):
+        if not b.zero_load_ok(cfg):
             removed["zero_load"] += 1
             continue
-        if b.mm_share == 0.0 and cfg.architecture in EPD_FAMILY:
-            key = tuple((k, v) for k, v in config_key(cfg) if k not in ("B", "p", "batch",
-                                                                         "timeout_ms"))
+        key = archs.of(cfg).equivalent_key(b, cfg)
+        if key is not None:
             if key in seen_equiv:
                 removed["equivalent"] += 1
                 continue

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hastune.config import EPDConfig, EPDStaticConfig, NoDGConfig, PaDGConfig
+from hastune.config import AnyConfig
 from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.recipe import Recipe
@@ -21,7 +21,7 @@ from hastune.runs import RunResult
 from hastune.stability import Stability, unjudged
 from hastune.workload import RequestSet, sample_requests
 
-Config = EPDConfig | EPDStaticConfig | NoDGConfig | PaDGConfig
+Config = AnyConfig
 
 
 @dataclass

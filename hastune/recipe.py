@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from hastune import archs
 from hastune.cluster import Cluster
 from hastune.errors import InputError, from_pydantic
 from hastune.profile import Profile, available_profiles, find_profile, load_profile
@@ -266,9 +267,6 @@ class Evaluator(_Strict):
                     "as long each time, up to this many times the min_span window")
 
 
-ArchName = Literal["epd", "epd-static", "padg", "nodg", "fudg"]
-
-
 class Recipe(_Strict):
     kind: Literal["recipe"] = "recipe"
     name: str = "recipe"
@@ -277,7 +275,9 @@ class Recipe(_Strict):
     cluster: Cluster
     workload: Workload = Field(default_factory=Workload)
     slo: SLO = Field(description="TTFT/TPOT SLOs (default: the workload preset's)")
-    architecture: Union[ArchName, list[ArchName]] = "epd"
+    architecture: Union[str, list[str]] = Field(
+        default=archs.NAMES[0],
+        description="an architecture of hastune.archs (default: the first registered), or a list")
     search_space: str | None = None
     evaluator: Evaluator = Field(default_factory=Evaluator)
     seed: int = Field(default=0, ge=0)
@@ -292,6 +292,21 @@ class Recipe(_Strict):
             if preset in PRESETS:
                 data = {**data, "slo": dict(PRESETS[preset]["slo"])}
         return data
+
+    @field_validator("architecture")
+    @classmethod
+    def _known(cls, v: str | list[str]) -> str | list[str]:
+        names = v if isinstance(v, list) else [v]
+        if not names:
+            raise ValueError(f"lists no architecture. Fix: give one of {', '.join(archs.NAMES)}")
+        for n in names:
+            if n not in archs.NAMES:
+                raise ValueError(f"unknown architecture {n!r}. Fix: use one of "
+                                 f"{', '.join(archs.NAMES)}")
+        if len(set(names)) < len(names):
+            raise ValueError(f"lists an architecture twice ({', '.join(names)}). "
+                             "Fix: name each once")
+        return v
 
     @property
     def architectures(self) -> list[str]:

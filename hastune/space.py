@@ -14,28 +14,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from hastune import archs
 from hastune.config import AnyConfig, config_dict, parse_config
 from hastune.errors import InputError, from_pydantic
 from hastune.yamlio import read_yaml_mapping
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
-# How a config's GPU count is made of its knobs: a sum of products (one term per pool).
-GPU_TERMS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "epd": (("n_E",), ("n_P",), ("n_D",)),
-    "epd-static": (("n_E",), ("n_P",), ("n_D",)),
-    "padg": (("tp", "pp", "instances"),),
-    "nodg": (("tp", "pp", "replicas"),),
-    "fudg": (("prefill_tp", "prefill_pp", "prefill_instances"),
-             ("decode_tp", "decode_pp", "decode_instances")),
-}
-# the GPU knobs in order; with `budget: exact` the last one is derived from the others
-GPU_KNOBS = {a: tuple(k for term in terms for k in term) for a, terms in GPU_TERMS.items()}
 
 
 def gpus_used(architecture: str, values: dict[str, int]) -> int:
-    """GPUs a configuration with these knob values takes."""
+    """GPUs a configuration with these knob values takes (its architecture's `gpu_terms`: a
+    sum of products, one term per pool; a knob not given counts 1)."""
     total = 0
-    for term in GPU_TERMS[architecture]:
+    for term in archs.get(architecture).gpu_terms:
         prod = 1
         for k in term:
             prod *= int(values.get(k, 1))
@@ -51,9 +42,17 @@ class IntRange(BaseModel):
 
 class SearchSpace(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    architecture: Literal["epd", "epd-static", "padg", "nodg", "fudg"]
+    architecture: str
     budget: Literal["exact", "at_most"] = "exact"
     params: dict[str, IntRange | list[Any]]
+
+    @field_validator("architecture")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in archs.NAMES:
+            raise ValueError(f"unknown architecture {v!r}. Fix: use one of "
+                             f"{', '.join(archs.NAMES)}")
+        return v
 
     @field_validator("params")
     @classmethod
@@ -88,7 +87,7 @@ class SearchSpace(BaseModel):
         the budget (None if no allowed value does)."""
         last = self.gpu_knobs()[-1]
         coef, rest = 1, 0
-        for term in GPU_TERMS[self.architecture]:
+        for term in archs.get(self.architecture).gpu_terms:
             prod = 1
             for k in term:
                 if k != last:
@@ -112,7 +111,7 @@ class SearchSpace(BaseModel):
 
     def gpu_knobs(self) -> tuple[str, ...]:
         """GPU knobs this space sets (a knob it leaves out keeps the config's default)."""
-        return tuple(k for k in GPU_KNOBS[self.architecture] if k in self.params)
+        return tuple(k for k in archs.get(self.architecture).gpu_knobs if k in self.params)
 
     def allocations(self, budget: int) -> Iterator[tuple[int, ...]]:
         """GPU counts per pool within the budget (exactly G or at most G)."""

@@ -53,7 +53,7 @@ def test_multi_gpu_profiles_run_as_tp_groups():
         small = recipe("sharegpt", 200, model="qwen2-72b",
                        cluster={"gpu": "a800-80gb", "gpus": 8, "gpus_per_node": 4})
         Evaluation(small).check(parse_config({"architecture": "padg", "tp": 8, "instances": 1}))
-    with pytest.raises(InputError, match="instances × tp × pp"):
+    with pytest.raises(InputError, match="tp × pp × instances"):
         ev.check(parse_config({"architecture": "padg", "tp": 4, "pp": 2, "instances": 2}))
 
 

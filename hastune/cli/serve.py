@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.progress import Progress
 
+from hastune import archs
 from hastune.cli import app
 from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s
 
 
 @app.command()
 def serve(
-    config: Path = typer.Argument(..., help="deployment config YAML (epd, epd-static, nodg "
-                                  "or padg)"),
+    config: Path = typer.Argument(..., help="deployment config YAML (an architecture the "
+                                  f"engine runs: {', '.join(archs.runnable())})"),
     recipe: Path | None = typer.Option(None, "--recipe", "-r",
                                        help="drive a load run with this recipe's workload"),
     rate: float = typer.Option(5.0, "--rate", help="arrival rate of the load run (req/s)"),
@@ -59,9 +61,7 @@ def serve(
         raise InputError(config, None, f"the engine could not start model {name!r}: {exc}",
                          "check --model (ref-tiny, ref-small, ref-base, module:factory)") \
             from None
-    workers = (f"{cfg.n_E} encode, {cfg.n_P} prefill, {cfg.n_D} decode workers"
-               if cfg.architecture.startswith("epd") else
-               f"{len(eng.names)} {'replicas' if cfg.architecture == 'nodg' else 'instances'}")
+    workers = _workers(cfg)
     where = "" if backend == "local" else f" as {backend} actors"
     con.print(f"engine up: {cfg.architecture} with {workers}{where}, model {name} on {device} "
               f"({time.perf_counter() - t0:.1f} s)")
@@ -98,3 +98,12 @@ def serve(
         pass
     finally:
         eng.stop()
+
+
+def _workers(cfg) -> str:
+    """'2 encode, 1 prefill, 4 decode workers' or '4 replicas': the engine's workers."""
+    arch = archs.of(cfg)
+    roles = Counter(role for _, role in arch.engine_workers(cfg))
+    if set(roles) == {"replica"}:
+        return f"{roles['replica']} {arch.pool_word}"
+    return ", ".join(f"{n} {role}" for role, n in roles.items()) + " workers"

@@ -21,7 +21,7 @@ from typing import Any
 
 import optuna
 
-from hastune.config import EPDConfig, EPDStaticConfig, config_dict, parse_config
+from hastune.config import AnyConfig, config_dict, parse_config
 from hastune.errors import InputError
 from hastune.evaluate import Evaluation
 from hastune.prune import RULES, Bounds, derived_margin, keeps, prune
@@ -32,7 +32,7 @@ from hastune.tune.samplers import CONSTRAINT, SkoptProposer, make_sampler
 from hastune.tune.storage import fail_dead_trials, open_storage, settle, worker_id
 
 log = logging.getLogger(__name__)
-Config = EPDConfig | EPDStaticConfig
+Config = AnyConfig
 COMPLETE = optuna.trial.TrialState.COMPLETE
 # Suggestions in a row that evaluate nothing (duplicates, invalid, pruned) before the next
 # unevaluated survivor is enqueued. With pruning the survivors are ranked by bound, so an idle

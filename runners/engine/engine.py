@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from hastune import archs
 from runners.engine import backend
 from runners.engine.messages import (
     EV_DONE,
@@ -33,7 +34,7 @@ from runners.engine.messages import (
     STOP,
     Job,
 )
-from runners.engine.modes import REPLICA_ARCHITECTURES, launch
+from runners.engine.modes import launch
 from runners.engine.workers import Shared, decode_main, encode_main, prefill_main
 
 log = logging.getLogger(__name__)
@@ -94,11 +95,12 @@ class Engine:
         o = self.opts
         ctx = self.ctx = backend.context(o.backend, o.ray_address, cpus=o.threads,
                                          gpus=1.0 if o.device.startswith("cuda") else 0.0)
-        if cfg.architecture in REPLICA_ARCHITECTURES:  # nodg / padg: runners/engine/modes.py
+        arch = archs.of(cfg)
+        if arch.engine_mode != "disaggregated":  # replica modes: runners/engine/modes.py
             self.mode = launch(self, ctx)
             self.started = True
             return self
-        static = cfg.architecture == "epd-static"
+        static = not arch.local_prefill(cfg)  # type: ignore[attr-defined]
         e_names = [f"E{i}" for i in range(cfg.n_E)]
         p_names = [f"P{i}" for i in range(cfg.n_P)]
         d_names = [f"D{i}" for i in range(cfg.n_D)]

@@ -24,7 +24,7 @@ import time
 from collections import deque
 from typing import Any
 
-from hastune.errors import InputError
+from hastune import archs
 from hastune.policies import Admission, LeastInFlight, RollingActivation, SlackTracker
 from hastune.policies.rolling import pick_macro
 from runners.engine.messages import (
@@ -39,8 +39,6 @@ from runners.engine.workers import Shared
 
 log = logging.getLogger(__name__)
 
-ENGINE_ARCHITECTURES = ("epd", "epd-static", "nodg", "padg")
-REPLICA_ARCHITECTURES = ("nodg", "padg")
 DEFAULT_SLO = (5.0, 0.1)  # (TTFT, TPOT) seconds when padg is started without a recipe
 STAT_FIELDS = ("iterations", "mixed", "prefill_only", "max_iter_tokens", "max_prefill_tokens",
                "max_decode_gap_s", "max_decode_wait_tokens", "max_iter_s", "decode_steps",
@@ -48,25 +46,9 @@ STAT_FIELDS = ("iterations", "mixed", "prefill_only", "max_iter_tokens", "max_pr
 
 
 def check_config(cfg: Any, path: Any = None) -> None:
-    """InputError (naming the field and the fix) for a config the engine cannot run."""
-    arch = cfg.architecture
-    if arch not in ENGINE_ARCHITECTURES:
-        raise InputError(path, "architecture", f"the engine runs "
-                         f"{', '.join(ENGINE_ARCHITECTURES)}, not {arch!r}",
-                         "evaluate it with the simulator (--evaluator sim)")
-    if arch not in REPLICA_ARCHITECTURES:
-        return
-    for f in ("tp", "pp"):
-        v = getattr(cfg, f)
-        if v != 1:
-            raise InputError(path, f, f"the engine runs each {arch} replica as one worker "
-                             f"process on one device and cannot split a model ({f} = {v})",
-                             f"set {f}: 1, or evaluate {f} > 1 with the simulator "
-                             "(--evaluator sim)")
-    if arch == "padg" and cfg.mitosis:
-        raise InputError(path, "mitosis", "the engine runs a fixed set of padg instances",
-                         "set mitosis: false, or evaluate mitosis with the simulator "
-                         "(--evaluator sim)")
+    """InputError (naming the field and the fix) for a config the engine cannot run: its
+    architecture module says (hastune.archs: `engine_check`)."""
+    archs.of(cfg).engine_check(cfg, path)
 
 
 def launch(engine: Any, ctx: Any) -> NoDGMode | PaDGMode:
@@ -74,9 +56,10 @@ def launch(engine: Any, ctx: Any) -> NoDGMode | PaDGMode:
     and return the mode object the engine routes with."""
     cfg, o = engine.config, engine.opts
     check_config(cfg)
-    nodg = cfg.architecture == "nodg"
-    n = cfg.replicas if nodg else cfg.instances
-    names = [f"{'R' if nodg else 'I'}{i}" for i in range(n)]
+    arch = archs.of(cfg)
+    nodg = arch.engine_mode == "continuous"
+    names = [name for name, _ in arch.engine_workers(cfg)]
+    n = len(names)
     engine.names, engine.e_names = names, []
     engine.shared = Shared(ctx, 0, 0, names)
     engine.events = ctx.Queue()

@@ -1,0 +1,194 @@
+"""What every architecture module provides, and the defaults most share.
+
+An architecture module (hastune/archs/<name>.py) holds its config model and an `Architecture`
+subclass that names everything else about it: its GPU accounting, its simulator, the checks and
+bounds pruning uses, how the engine in runners/ runs it (or why it cannot), and how it is shown.
+The registry (hastune/archs/__init__.py) lists the modules; config parsing, recipes, search
+spaces, pruning, evaluation, the engine and the CLI read it instead of naming architectures.
+
+The defaults here are those of replica-based architectures (full-model instances of tp × pp
+GPUs); the encode/prefill/decode family overrides them (hastune/archs/epd_family.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hastune.errors import InputError
+
+if TYPE_CHECKING:  # the layers above; imported where used
+    from hastune.cluster import Cluster
+    from hastune.evaluate import Evaluation
+    from hastune.profile import DecodeSpec, Profile
+    from hastune.prune import Bounds
+    from hastune.sim import Simulator
+
+
+class ConfigBase(BaseModel):
+    """A deployment config: `architecture` (the discriminator) and its knobs. Its GPU count is
+    a sum of products of knobs, one term per pool (`gpu_terms`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["deployment"] = "deployment"
+    name: str | None = None
+    gpu_terms: ClassVar[tuple[tuple[str, ...], ...]] = ()
+
+    @property
+    def gpus(self) -> int:
+        total = 0
+        for term in self.gpu_terms:
+            prod = 1
+            for k in term:
+                prod *= int(getattr(self, k))
+            total += prod
+        return total
+
+
+class Parallel(BaseModel):
+    """TP × PP of one full model replica; its GPUs sit next to each other (a TP group never
+    spans nodes: the profiles' TP latencies assume an intra-node all-reduce)."""
+
+    tp: int = Field(ge=1, le=64, description="tensor-parallel degree of one instance")
+    pp: int = Field(default=1, ge=1, le=16, description="pipeline stages of one instance")
+
+    @property
+    def instance_gpus(self) -> int:
+        return self.tp * self.pp
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One kind of model instance a config runs: the prefix of its fields (`prefill_tp`: the
+    prefix is 'prefill_'), its tp × pp, and whether it holds the encoder's weights (it encodes
+    multimodal requests inline)."""
+
+    prefix: str
+    tp: int
+    pp: int
+    encoder: bool = True
+
+
+class Architecture:
+    """Everything about one architecture that code outside its module needs."""
+
+    name: ClassVar[str]
+    config: ClassVar[type[ConfigBase]]
+    summary: ClassVar[str]                 # one line, for help and docs
+    simulator_class: ClassVar[str]         # "module:Class", imported on first use
+    # the engine mode that runs it (runners/engine: "disaggregated" or "replica"), or None
+    engine_mode: ClassVar[str | None] = None
+    not_runnable: ClassVar[str] = ""       # why the engine cannot run it (engine_mode None)
+    pool_word: ClassVar[str] = "instances"  # what its units are called ("replicas", …)
+
+    # -- GPU accounting -------------------------------------------------------------------
+    @property
+    def gpu_terms(self) -> tuple[tuple[str, ...], ...]:
+        return self.config.gpu_terms
+
+    @property
+    def gpu_knobs(self) -> tuple[str, ...]:
+        """The GPU knobs in order; with `budget: exact` the last is derived from the others."""
+        return tuple(k for term in self.gpu_terms for k in term)
+
+    @property
+    def gpu_formula(self) -> str:
+        """How the GPU count is made, for messages: 'n_E + n_P + n_D', 'tp × pp × replicas'."""
+        return " + ".join(" × ".join(t) for t in self.gpu_terms)
+
+    def describe(self, cfg: Any) -> str:
+        """The deployment in a few words, for one-line views."""
+        return f"{self.name} on {cfg.gpus} GPUs"
+
+    # -- simulation -----------------------------------------------------------------------
+    def simulator(self, profile: Profile, cluster: Cluster, config: Any, warmup: float,
+                  slo: Any) -> Simulator:
+        module, cls = self.simulator_class.split(":")
+        return getattr(importlib.import_module(module), cls)(profile, cluster, config,
+                                                            warmup=warmup, slo=slo)
+
+    def shapes(self, cfg: Any) -> list[Shape]:
+        """The kinds of model instance `cfg` runs."""
+        return [Shape("", cfg.tp, cfg.pp)]
+
+    def check_profile(self, profile: Profile) -> None:
+        """Refuse a profile this architecture cannot use at all (before any config)."""
+
+    def check(self, ev: Evaluation, cfg: Any, path: str | Path | None) -> None:
+        """Refuse a config the recipe cannot run (beyond the GPU budget), naming the field:
+        every instance's TP degree must be in the profile and inside a node, and its weights
+        must leave room for KV cache."""
+        from hastune.sim.instance import InstanceTiming
+
+        cluster = ev.recipe.cluster
+        for sh in self.shapes(cfg):
+            if sh.tp not in ev.profile.tp_degrees:
+                raise InputError(path, f"{sh.prefix}tp",
+                                 f"the profile {ev.profile.name} has no tensor-parallel "
+                                 f"variant tp = {sh.tp}",
+                                 "use one of tp " + ", ".join(map(str, ev.profile.tp_degrees)))
+            if sh.tp > cluster.gpus_per_node:
+                raise InputError(path, f"{sh.prefix}tp",
+                                 f"tp = {sh.tp} spans nodes (gpus_per_node = "
+                                 f"{cluster.gpus_per_node}); TP groups stay inside a node",
+                                 "lower tp and use pp for more GPUs per instance")
+            tm = InstanceTiming(ev.profile, sh.tp, sh.pp, cluster)
+            if tm.kv_cap_text <= 0:
+                raise InputError(path, f"{sh.prefix}pp",
+                                 f"the model's weights leave no room for KV cache at "
+                                 f"tp = {sh.tp}, pp = {sh.pp}", "raise tp or pp")
+
+    def decode_units(self, cfg: Any) -> float:
+        """How many whole decode instances the config has (a replica that also prefills counts
+        about half): scales the goodput search's first guess."""
+        raise NotImplementedError
+
+    def decode_timing(self, ev: Evaluation, cfg: Any) -> tuple[DecodeSpec, float]:
+        """The decode step form and KV capacity (tokens) of one decode instance."""
+        from hastune.sim.instance import InstanceTiming
+
+        sh = self.shapes(cfg)[-1]
+        tm = InstanceTiming(ev.profile, sh.tp, sh.pp, ev.recipe.cluster)
+        return tm.decode, tm.kv_cap_text
+
+    # -- pruning (hastune.prune) ----------------------------------------------------------
+    def memory_ok(self, b: Bounds, cfg: Any) -> bool:
+        """Every instance holds its weights and the largest request's KV."""
+        for sh in b.shapes(cfg):
+            if sh is None or sh.max_reserve > sh.kv_cap:
+                return False
+        return True
+
+    def zero_load_ok(self, b: Bounds, cfg: Any) -> bool:
+        """Whether the requests' zero-load latency bounds meet the SLOs at its parallelism."""
+        shapes = b.shapes(cfg)
+        if any(sh is None for sh in shapes):
+            return False
+        return b.lb_ok(shapes[0].ttft_lb, shapes[0].tpot_lb)  # type: ignore[union-attr]
+
+    def stages(self, b: Bounds, cfg: Any) -> dict[str, float]:
+        """Upper bounds on sustainable throughput (req/s) per stage; the bound is the least.
+        Every architecture reports encode, prefill, decode and network (∞ where it has none),
+        so tables read the same."""
+        raise NotImplementedError
+
+    def equivalent_key(self, b: Bounds, cfg: Any) -> tuple | None:
+        """A key shared by configs that behave the same on this workload (all but one go), or
+        None."""
+        return None
+
+    # -- the engine (runners/engine) ------------------------------------------------------
+    def engine_check(self, cfg: Any, path: Any = None) -> None:
+        """InputError (naming the field and the fix) for a config the engine cannot run."""
+        if self.engine_mode is None:
+            raise InputError(path, "architecture", f"the engine does not run {self.name}: "
+                             f"{self.not_runnable}",
+                             "evaluate it with the simulator (--evaluator sim)")
+
+    def engine_workers(self, cfg: Any) -> list[tuple[str, str]]:
+        """(name, role) of the engine's workers for `cfg`, in start order."""
+        raise NotImplementedError

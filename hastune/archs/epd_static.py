@@ -1,0 +1,43 @@
+"""`epd-static` — a Dynamo-like baseline: dedicated encode, prefill and decode pools.
+
+Every prefill is remote (s = 1), encode batches leave when full or `timeout_ms` after their
+first request, and the encoder has its GPU to itself (no SM sharing).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from hastune.archs.epd_family import EncodePrefillDecode, PoolsConfig
+
+
+class EPDStaticConfig(PoolsConfig):
+    """Dynamo-like baseline: dedicated E, P and D pools, every prefill remote (s = 1), encode
+    batches leave when full or `timeout_ms` after their first request, no SM sharing."""
+
+    architecture: Literal["epd-static"]
+    n_E: int = Field(ge=1)
+    n_P: int = Field(ge=1)
+    n_D: int = Field(ge=1)
+    batch: int = Field(default=4, ge=1, le=256)
+    timeout_ms: float = Field(default=20.0, ge=0.0)
+
+
+class EPDStatic(EncodePrefillDecode):
+    name = "epd-static"
+    config = EPDStaticConfig
+    summary = "Dynamo-like baseline: dedicated encode, prefill and decode pools, no SM sharing"
+
+    def batch(self, cfg: Any) -> int:
+        return cfg.batch
+
+    def remote_share(self, cfg: Any) -> float:
+        return 1.0
+
+    def batch_knobs(self) -> tuple[str, ...]:
+        return ("batch", "timeout_ms")
+
+
+ARCH = EPDStatic()
