@@ -20,6 +20,8 @@ import time
 from collections import deque
 from heapq import heappush
 
+import numpy as np
+
 from hastune.cluster import Cluster
 from hastune.config import FuDGConfig
 from hastune.profile import Profile
@@ -79,157 +81,220 @@ class FuDGSimulator:
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()
-        cfg, cluster = self.config, self.cluster
-        per_node = cluster.gpus_per_node
-        loop = EventLoop(reqs, rate)
-        heap, seq, done = loop.heap, loop.seq, loop.finished
-        pre_tok, enc_tok, out_tok, mm, t_first, t_last, rejected = request_lists(reqs)
-        loop.watch(self.stop_rule, t_first, t_last, out_tok)
-        src_of = [0] * len(reqs)
-        net = DuplexNetwork(cluster, cfg.gpus)
-        ptm, dtm = self.ptm, self.dtm
-        P, D = len(ptm), len(dtm)
-        p_cap = [(t.kv_cap_mm if mm else t.kv_cap_text) for t in ptm]
-        d_cap = [t.kv_cap_text for t in dtm]
-        max_tok = [min(t.max_batch_tokens, c) for t, c in zip(ptm, p_cap)]
-        p_queue: list[deque[int]] = [deque() for _ in range(P)]
-        p_outstanding = [0.0] * P
-        p_held = [0.0] * P          # KV tokens computed or being computed, not yet sent
-        p_stage_busy = [False] * P
-        p_busy_s = [0.0] * P
-        dws = [DecodeWorker(t.decode, c, t.first_gpu) for t, c in zip(dtm, d_cap)]
-        d_inflight = [0.0] * D
-        d_node = [t.node for t in dtm]
-        gp, gd = ptm[0].gpus, dtm[0].gpus
-        kv_bytes = ptm[0].kv_bytes_per_token
+        run = FuDGRun(self, reqs, rate)
+        run.events()
+        return build_result(rate, run.loop, run.t_first, run.t_last, run.out_tok,
+                            run.rejected, self.warmup, run.utilisation(), wall0,
+                            {"network_GB": run.net.bytes_moved / 1e9,
+                             "network_busy_s": run.net.busy_s})
 
-        def start(k: int, t: float) -> None:
-            """Start the next prefill batch on instance k if its first stage is free."""
-            q = p_queue[k]
-            if p_stage_busy[k] or not q:
-                return
-            room = p_cap[k] - p_held[k]
-            lim = max_tok[k]
-            batch: list[int] = []
-            tokens = sq = enc = 0.0
-            while q:
-                r = q[0]
-                L = pre_tok[r]
-                if batch and (tokens + L > lim or tokens + L > room):
-                    break
-                if not batch and L > room:
-                    return  # wait for transfers to free KV
-                q.popleft()
-                batch.append(r)
-                tokens += L
-                sq += L * L
-                if enc_tok[r] > 0:
-                    x = enc_tok[r]
-                    enc += ptm[k].encode_latency(1, x, x * x)
-            tm = ptm[k]
-            p_held[k] += tokens
-            lat = enc + tm.prefill_latency(tokens, sq)
-            stage = enc + tm.prefill_stage(tokens, sq)
-            p_busy_s[k] += stage
-            p_stage_busy[k] = True
-            heappush(heap, (t + lat, PRIO_DONE, next(seq), PF_DONE, k, batch))
-            heappush(heap, (t + stage, PRIO_DONE, next(seq), PF_NEXT, k, None))
 
-        def pick_decode(k: int, need: float) -> int:
-            node = ptm[k].node
-            best_local, bl = math.inf, -1
-            best_any, ba = math.inf, 0
-            for j in range(D):
-                x = dws[j].load + d_inflight[j]
-                if x < best_any:
-                    best_any, ba = x, j
-                if d_node[j] == node and x < best_local:
-                    best_local, bl = x, j
-            if bl >= 0 and best_local + need <= d_cap[bl]:
-                return bl
-            return ba
+class FuDGRun:
+    """The state of one fudg run (prefill pool, decode pool, network, event heap); `events()`
+    runs it. Hot methods bind the attributes they read to locals first."""
 
-        def send(k: int, r: int, t: float) -> None:
-            need = pre_tok[r] + out_tok[r]
-            j = pick_decode(k, need)
-            d_inflight[j] += need
-            nbytes = pre_tok[r] * kv_bytes
-            src, dst = ptm[k].first_gpu, dtm[j].first_gpu
-            if src // per_node == dst // per_node and gp > 1:
-                # shards leave from every GPU of the instance in parallel
-                shard = nbytes / gp
-                at = t
-                for s in range(gp):
-                    a = net.transfer(src + s, dst + s % gd, shard, t)
-                    if a > at:
-                        at = a
-            else:
-                at = net.transfer(src, dst, nbytes, t)
-            heappush(heap, (at, PRIO_ARRIVE, next(seq), KV_ARRIVE, j, r))
+    def __init__(self, sim: FuDGSimulator, reqs: RequestSet, rate: float):
+        cfg, cluster = sim.config, sim.cluster
+        self.gpus = cfg.gpus
+        self.per_node = cluster.gpus_per_node
+        self.loop = loop = EventLoop(reqs, rate)
+        self.heap, self.seq, self.done = loop.heap, loop.seq, loop.finished
+        (self.pre_tok, _, self.out_tok, mm, self.t_first, self.t_last,
+         self.rejected) = request_lists(reqs)
+        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok)
+        self.src_of = [0] * len(reqs)  # the prefill instance of each request
+        self.net = DuplexNetwork(cluster, cfg.gpus)
+        self.ptm, self.dtm = ptm, dtm = sim.ptm, sim.dtm
+        self.P, self.D = P, D = len(ptm), len(dtm)
+        # prefill pool
+        self.p_cap = [(t.kv_cap_mm if mm else t.kv_cap_text) for t in ptm]
+        self.max_tok = [min(t.max_batch_tokens, c) for t, c in zip(ptm, self.p_cap)]
+        self.p_queue: list[deque[int]] = [deque() for _ in range(P)]
+        self.p_outstanding = [0.0] * P
+        self.p_held = [0.0] * P      # KV tokens computed or being computed, not yet sent
+        self.p_stage_busy = [False] * P
+        self.p_busy_s = [0.0] * P
+        self.enc_lat = encode_times(reqs, ptm[0])
+        # decode pool
+        self.d_cap = [t.kv_cap_text for t in dtm]
+        self.dws = [DecodeWorker(t.decode, c, t.first_gpu) for t, c in zip(dtm, self.d_cap)]
+        self.d_inflight = [0.0] * D
+        self.d_node = [t.node for t in dtm]
+        self.fits = (max(self.d_cap), max(self.p_cap))  # the most KV any instance can hold
+        self.gp, self.gd = ptm[0].gpus, dtm[0].gpus
+        self.kv_bytes = ptm[0].kv_bytes_per_token
+        self.finished: list[int] = []  # requests a decode wake just finished
 
-        def arrive(r: int, t: float) -> None:
-            need = pre_tok[r] + out_tok[r]
-            if need > max(d_cap) or pre_tok[r] > max(p_cap):
-                rejected.append(r)
-                t_first[r] = t_last[r] = math.inf
-                done(r, t)
-                return
-            k = 0
-            best = p_outstanding[0]
-            for j in range(1, P):
-                if p_outstanding[j] < best:
-                    best, k = p_outstanding[j], j
-            if pre_tok[r] > p_cap[k]:
-                k = max(range(P), key=lambda j: p_cap[j])
-            src_of[r] = k
-            p_outstanding[k] += pre_tok[r]
-            p_queue[k].append(r)
-            start(k, t)
-
-        finished: list[int] = []
-        for t, _, _, kind, a, b in loop.events(arrive):
+    def events(self) -> None:
+        """Run to the end: every event goes to its handler."""
+        woke, kv_arrived, prefilled, start = self.woke, self.kv_arrived, self.prefilled, \
+            self.start
+        busy, dws = self.p_stage_busy, self.dws
+        for t, _, _, kind, a, b in self.loop.events(self.arrive):
             if kind == DEC_WAKE:
-                dw = dws[a]
-                if b == dw.version:
-                    nxt = dw.wake(t, t_last, rejected, finished)
-                    if nxt is not None:
-                        heappush(heap, (nxt[0], PRIO_DONE, next(seq), DEC_WAKE, a, dw.version))
-                    if finished:
-                        for r in finished:
-                            done(r, t)
-                        finished.clear()
+                if b == dws[a].version:  # else re-planned since
+                    woke(a, t)
             elif kind == KV_ARRIVE:
-                r = b
-                k = src_of[r]
-                p_held[k] -= pre_tok[r]
-                d_inflight[a] -= pre_tok[r] + out_tok[r]
-                t_first[r] = t
-                dw = dws[a]
-                nxt = dw.add(r, pre_tok[r] + 1.0, out_tok[r], t)
-                if nxt is not None:
-                    heappush(heap, (nxt[0], PRIO_DONE, next(seq), DEC_WAKE, a, dw.version))
-                start(k, t)
+                kv_arrived(a, b, t)
             elif kind == PF_DONE:
-                for r in b:
-                    p_outstanding[a] -= pre_tok[r]
-                    if out_tok[r] <= 1:
-                        p_held[a] -= pre_tok[r]
-                        t_first[r] = t_last[r] = t
-                        done(r, t)
-                    else:
-                        send(a, r, t)
-                start(a, t)
-            elif kind == PF_NEXT:
-                p_stage_busy[a] = False
+                prefilled(a, b, t)
+            elif kind == PF_NEXT:  # prefill instance a's first stage is free
+                busy[a] = False
                 start(a, t)
             else:  # ARRIVE (closed loop)
-                arrive(a, t)
+                self.arrive(a, t)
 
-        span = loop.span()
-        util = {"prefill": sum(p_busy_s) / (P * span),
-                "decode": sum(d.busy_s for d in dws) / (D * span)}
-        util["gpus"] = (util["prefill"] * P * gp + util["decode"] * D * gd) / cfg.gpus
-        extra = {"network_GB": net.bytes_moved / 1e9,
-                 "network_busy_s": net.busy_s}
-        return build_result(rate, loop, t_first, t_last, out_tok, rejected, self.warmup, util,
-                            wall0, extra)
+    def arrive(self, r: int, t: float) -> None:
+        """Request r goes to the prefill instance with the fewest prompt tokens outstanding."""
+        pre = self.pre_tok[r]
+        if pre + self.out_tok[r] > self.fits[0] or pre > self.fits[1]:
+            self.rejected.append(r)
+            self.t_first[r] = self.t_last[r] = math.inf
+            self.done(r, t)
+            return
+        outstanding = self.p_outstanding
+        k = 0
+        best = outstanding[0]
+        for j in range(1, self.P):
+            if outstanding[j] < best:
+                best, k = outstanding[j], j
+        p_cap = self.p_cap
+        if pre > p_cap[k]:
+            k = max(range(self.P), key=lambda j: p_cap[j])
+        self.src_of[r] = k
+        outstanding[k] += pre
+        self.p_queue[k].append(r)
+        if not self.p_stage_busy[k]:  # (start's own test, here: most calls would return)
+            self.start(k, t)
+
+    def start(self, k: int, t: float) -> None:
+        """Start the next prefill batch on instance k if its first stage is free and the
+        batch's KV fits beside what k still holds."""
+        q = self.p_queue[k]
+        if self.p_stage_busy[k] or not q:
+            return
+        pre_tok, enc_lat = self.pre_tok, self.enc_lat
+        room = self.p_cap[k] - self.p_held[k]
+        lim = self.max_tok[k]
+        batch: list[int] = []
+        tokens = sq = enc = 0.0
+        while q:
+            r = q[0]
+            L = pre_tok[r]
+            if batch and (tokens + L > lim or tokens + L > room):
+                break
+            if not batch and L > room:
+                return  # wait for transfers to free KV
+            q.popleft()
+            batch.append(r)
+            tokens += L
+            sq += L * L
+            enc += enc_lat[r]
+        tm = self.ptm[k]
+        self.p_held[k] += tokens
+        lat = enc + tm.prefill_latency(tokens, sq)
+        stage = enc + tm.prefill_stage(tokens, sq)
+        self.p_busy_s[k] += stage
+        self.p_stage_busy[k] = True
+        heap, seq = self.heap, self.seq
+        heappush(heap, (t + lat, PRIO_DONE, next(seq), PF_DONE, k, batch))
+        heappush(heap, (t + stage, PRIO_DONE, next(seq), PF_NEXT, k, None))
+
+    def prefilled(self, k: int, batch: list[int], t: float) -> None:
+        """A batch left prefill instance k: single-token requests are done, the others' KV
+        goes to a decode instance."""
+        pre_tok, out_tok, outstanding = self.pre_tok, self.out_tok, self.p_outstanding
+        for r in batch:
+            outstanding[k] -= pre_tok[r]
+            if out_tok[r] <= 1:
+                self.p_held[k] -= pre_tok[r]
+                self.t_first[r] = self.t_last[r] = t
+                self.done(r, t)
+            else:
+                self.send(k, r, t)
+        self.start(k, t)
+
+    def pick_decode(self, k: int, need: float) -> int:
+        """The least loaded decode instance on prefill k's node if it has room, else the
+        least loaded anywhere."""
+        node = self.ptm[k].node
+        dws, d_inflight, d_node = self.dws, self.d_inflight, self.d_node
+        best_local, bl = math.inf, -1
+        best_any, ba = math.inf, 0
+        for j, dw in enumerate(dws):
+            x = dw.reserved + dw.pending_tokens + d_inflight[j]  # DecodeWorker.load, inline
+            if x < best_any:
+                best_any, ba = x, j
+            if d_node[j] == node and x < best_local:
+                best_local, bl = x, j
+        if bl >= 0 and best_local + need <= self.d_cap[bl]:
+            return bl
+        return ba
+
+    def send(self, k: int, r: int, t: float) -> None:
+        """Send r's KV from prefill instance k to a decode instance, shard by shard."""
+        pre = self.pre_tok[r]
+        need = pre + self.out_tok[r]
+        j = self.pick_decode(k, need)
+        self.d_inflight[j] += need
+        nbytes = pre * self.kv_bytes
+        src, dst = self.ptm[k].first_gpu, self.dtm[j].first_gpu
+        per_node, gp = self.per_node, self.gp
+        if src // per_node == dst // per_node and gp > 1:
+            # shards leave from every GPU of the instance in parallel
+            transfer, gd = self.net.transfer, self.gd
+            shard = nbytes / gp
+            at = t
+            for s in range(gp):
+                a = transfer(src + s, dst + s % gd, shard, t)
+                if a > at:
+                    at = a
+        else:
+            at = self.net.transfer(src, dst, nbytes, t)
+        heappush(self.heap, (at, PRIO_ARRIVE, next(self.seq), KV_ARRIVE, j, r))
+
+    def kv_arrived(self, j: int, r: int, t: float) -> None:
+        """r's KV reached decode instance j: its first token counts now; prefill instance k
+        frees the KV and may start a batch that waited for room."""
+        pre = self.pre_tok[r]
+        k = self.src_of[r]
+        self.p_held[k] -= pre
+        self.d_inflight[j] -= pre + self.out_tok[r]
+        self.t_first[r] = t
+        dw = self.dws[j]
+        nxt = dw.add(r, pre + 1.0, self.out_tok[r], t)
+        if nxt is not None:
+            heappush(self.heap, (nxt[0], PRIO_DONE, next(self.seq), DEC_WAKE, j, dw.version))
+        if self.p_queue[k] and not self.p_stage_busy[k]:  # (start's own test, inline)
+            self.start(k, t)
+
+    def woke(self, j: int, t: float) -> None:
+        """Decode instance j reached its planned boundary."""
+        dw = self.dws[j]
+        finished = self.finished
+        nxt = dw.wake(t, self.t_last, self.rejected, finished)
+        if nxt is not None:
+            heappush(self.heap, (nxt[0], PRIO_DONE, next(self.seq), DEC_WAKE, j, dw.version))
+        if finished:
+            done = self.done
+            for r in finished:
+                done(r, t)
+            finished.clear()
+
+    def utilisation(self) -> dict[str, float]:
+        """Busy share of the prefill pool, of the decode pool, and of all GPUs."""
+        span = self.loop.span()
+        P, D = self.P, self.D
+        util = {"prefill": sum(self.p_busy_s) / (P * span),
+                "decode": sum(d.busy_s for d in self.dws) / (D * span)}
+        util["gpus"] = (util["prefill"] * P * self.gp + util["decode"] * D * self.gd) / self.gpus
+        return util
+
+
+def encode_times(reqs: RequestSet, tm: InstanceTiming) -> list[float]:
+    """Each request's inline encode time on an instance like `tm` (0 for text), as a list:
+    one array expression, the same floats as one call per request."""
+    x = reqs.encoder_tokens
+    if not (x > 0).any():
+        return [0.0] * len(x)
+    return np.where(x > 0, tm.encode_latency(1, x, x * x), 0.0).tolist()
