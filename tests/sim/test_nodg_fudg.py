@@ -94,6 +94,24 @@ def test_fudg_interleaved_keeps_kv_inside_nodes():
     assert local.percentile("ttft", 90) < 0.5 * slow.percentile("ttft", 90)
 
 
+def test_fudg_encode_times_are_the_per_request_floats(audio_recipe):
+    """A fudg run computes inline encode times once, as an array: the same floats as one call
+    per request; 0 for text requests (and no call at all when every request is text)."""
+    import dataclasses
+
+    from hastune.sim.fudg import encode_times
+
+    ev = Evaluation(audio_recipe, requests=300)
+    enc_tok = ev.requests.encoder_tokens.copy()
+    enc_tok[::3] = 0
+    reqs = dataclasses.replace(ev.requests, encoder_tokens=enc_tok)
+    tm = InstanceTiming(ev.profile, 1, 1, audio_recipe.cluster)
+    assert encode_times(reqs, tm) == [tm.encode_latency(1, x, x * x) if x > 0 else 0.0
+                                      for x in enc_tok.tolist()]
+    text = dataclasses.replace(reqs, encoder_tokens=0 * enc_tok)
+    assert encode_times(text, None) == [0.0] * len(reqs)  # type: ignore[arg-type]
+
+
 def test_duplex_links_serialise_transfers_into_one_gpu():
     from hastune.cluster import Cluster
     from hastune.sim.links import DuplexNetwork

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -125,3 +127,25 @@ def test_first_boundary_where_slack_covers_a_need(slo):
                     want = tb
                     break
             assert got == pytest.approx(want), (need, t)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_estimates_are_the_per_request_floats(audio_recipe, pp):
+    """The run computes its per-request estimates as arrays: exactly the floats one call per
+    request gives (the simulator's output must not move)."""
+    from hastune.sim.instance import InstanceTiming
+    from hastune.sim.padg_run import estimates
+
+    ev = Evaluation(audio_recipe, requests=300)
+    enc_tok = ev.requests.encoder_tokens.copy()
+    enc_tok[::3] = 0  # some text requests among the audio ones
+    reqs = dataclasses.replace(ev.requests, encoder_tokens=enc_tok)
+    tm = InstanceTiming(ev.profile, 1, pp, audio_recipe.cluster)
+    enc, est, need = estimates(reqs, tm)
+    want_enc = [tm.encode_latency(1, x, x * x) if x > 0 else 0.0
+                for x in reqs.encoder_tokens.tolist()]
+    L, out = reqs.prefill_tokens.tolist(), reqs.output_tokens.astype(np.int64).tolist()
+    assert any(x > 0 for x in want_enc) and any(x == 0 for x in want_enc)
+    assert enc == want_enc
+    assert est == [e + tm.prefill_stage(n, n * n) for e, n in zip(want_enc, L)]
+    assert need == [n + o for n, o in zip(L, out)]
