@@ -1,7 +1,8 @@
 """Worker processes. Each loads the model once, then serves its inbox until told to stop.
 
 - encode (`E<i>`): micro-batches with the shared Poisson-gap (epd) or timeout (epd-static)
-  batcher, encodes, and routes each prompt with the shared deficit router: to its co-resident
+  batcher, encodes, and routes each prompt with the shared deficit router (both built from the
+  parsed config by hastune.policies.epd, as in the simulator): to its co-resident
   local prefill (a thread of the same process; on CUDA the two get disjoint SM groups through
   green contexts, on CPU they share the cores as threads: runners/engine/partition.py) or to
   the remote prefill worker with the fewest outstanding tokens;
@@ -137,33 +138,34 @@ def prefill_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
         pf.run(pf.take(job, inbox))
 
 
+def encode_policies(opts: dict) -> Any:
+    """The encode worker's batcher, router and partitioner (hastune.policies.epd, as the
+    simulator builds them) from the deployment config it was sent: a plain dict, so that any
+    backend can ship it, parsed here so that its knobs and defaults are the config's.
+    `rate_hint`: the deployment's expected arrival rate (the batcher starts from its share
+    per encode worker)."""
+    from hastune.config import parse_config
+    from hastune.policies.epd import policies_for
+
+    return policies_for(parse_config(opts["config"]), opts["rate_hint"])
+
+
 def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
                 prefill_inboxes: list, prefill_names: list[str], decode_inboxes: list,
                 decode_names: list[str], shared: Shared) -> None:
-    from hastune.policies import DeficitRouter, PoissonGapBatcher, SMPartitioner, TimeoutBatcher
     from runners.engine.partition import DevicePartition
 
     model = _setup(opts)
-    cfg = opts["config"]
-    static = cfg["architecture"] == "epd-static"
+    pol = encode_policies(opts)
+    batcher, router = pol.batcher, pol.router
     import torch
 
     # encoder and local prefill: SM split (green contexts) on CUDA, threads on CPU
     part = DevicePartition.open(torch, opts.get("device", "cpu"), opts.get("threads", 1),
-                                None if static else SMPartitioner(
-                                    budget=cfg.get("sm_budget", 0.2)),
-                                local_prefill=not static)
-    if static:
-        batcher: Any = TimeoutBatcher(cfg.get("batch", 4), cfg.get("timeout_ms", 20.0) / 1e3)
-    else:
-        gap = cfg.get("max_gap_ms", 50.0)
-        batcher = PoissonGapBatcher(cfg["B"], cfg.get("p", 0.6),
-                                    rate_hint=opts.get("rate_hint", 1.0),
-                                    max_gap=None if gap is None else gap / 1e3)
-    router = DeficitRouter(1.0 if static else cfg["s"])
+                                pol.partitioner, local_prefill=pol.local_prefill)
     local_q: queue.Queue = queue.Queue()
     local_thread: threading.Thread | None = None
-    if not static:
+    if pol.local_prefill:
         local = _Prefill(model, name, opts, events, decode_inboxes, decode_names, shared, None)
 
         def local_loop() -> None:
@@ -183,7 +185,7 @@ def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
     def route(job: Job, t: float) -> None:
         remote = bool(prefill_names) and router.route()
         p = _least(shared.prefill_load, prefill_names, shared) if remote else None
-        if p is None and static:
+        if p is None and not pol.local_prefill:
             events.put((EV_ENCODED, job.rid, name, t, "-"))  # no remote prefill left
             return
         if p is None:
