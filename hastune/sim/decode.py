@@ -77,16 +77,30 @@ class DecodeWorker:
         reserve = ctx0 + out_tokens
         self.pending.append((req, ctx0, reserve, out_tokens))
         self.pending_tokens += reserve
-        if self.n == 0:
+        n = self.n
+        if n == 0:
             if self.wake_step is not None and self.t0 >= t:
                 return None  # already waking now
             self.t0 = t
             return self._plan(t, self.step)
-        m = self.steps_until(t)
-        target = self.step + m
+        # steps_until(t) and time_of(m), inlined: this runs once per request
+        c, step = self.c, self.step
+        alpha = self.a + self.b * n + c * (self.S + n * step)
+        dt = t - self.t0
+        beta = c * n * 0.5
+        if beta <= 0.0:
+            m = math.ceil(dt / alpha - 1e-9)
+        else:
+            q = alpha - beta
+            m = math.ceil((-q + math.sqrt(q * q + 4.0 * beta * dt)) / (2.0 * beta) - 1e-9)
+        if m < 1:
+            m = 1
+        target = step + m
         if self.wake_step is not None and self.wake_step <= target:
             return None
-        return self._plan(self.time_of(m), target)
+        self.wake_step = target
+        self.version += 1
+        return self.t0 + m * alpha + c * n * m * (m - 1) * 0.5, target
 
     def _plan(self, t: float, step: int) -> tuple[float, int]:
         self.wake_step = step
@@ -104,19 +118,20 @@ class DecodeWorker:
         self.t0 = t
         self.wake_step = None
         running = self.running
-        was_busy = self.n > 0
+        n, S, reserved = self.n, self.S, self.reserved  # locals: this runs at every boundary
+        was_busy = n > 0
         while running and running[0][0] <= step:
             _, req, s_i, reserve = heappop(running)
             t_last[req] = t
             if finished is not None:
                 finished.append(req)
-            self.n -= 1
-            self.S -= s_i
-            self.reserved -= reserve
-        pending = self.pending
+            n -= 1
+            S -= s_i
+            reserved -= reserve
+        pending, cap = self.pending, self.cap
         while pending:
             req, ctx0, reserve, out = pending[0]
-            if reserve > self.cap:
+            if reserve > cap:
                 pending.popleft()
                 self.pending_tokens -= reserve
                 rejected.append(req)
@@ -124,7 +139,7 @@ class DecodeWorker:
                 if finished is not None:
                     finished.append(req)
                 continue
-            if self.n >= self.max_batch or self.reserved + reserve > self.cap:
+            if n >= self.max_batch or reserved + reserve > cap:
                 break
             pending.popleft()
             self.pending_tokens -= reserve
@@ -133,15 +148,21 @@ class DecodeWorker:
                 if finished is not None:
                     finished.append(req)
                 continue
-            self.reserved += reserve
+            reserved += reserve
             s_i = ctx0 - step
             heappush(running, (step + out - 1, req, s_i, reserve))  # type: ignore[operator]
-            self.n += 1
-            self.S += s_i
-        if self.n == 0:
+            n += 1
+            S += s_i
+        self.n, self.S, self.reserved = n, S, reserved
+        if n == 0:
             if was_busy:
                 self.busy_s += t - self.busy_since
             return None
         if not was_busy:
             self.busy_since = t
-        return self._plan(self.time_of(running[0][0] - step), running[0][0])
+        nxt = running[0][0]
+        self.wake_step = nxt
+        self.version += 1
+        m = nxt - step  # time_of(m), inlined
+        alpha = self.a + self.b * n + self.c * (S + n * step)
+        return t + m * alpha + self.c * n * m * (m - 1) * 0.5, nxt

@@ -39,7 +39,7 @@ class EncodeWorker:
         self.started = 0.0    # when it started
         self.sm_busy_s = 0.0  # Σ share × seconds encoding
         self.batches = 0
-        self.timer_at: float | None = None  # the live deadline timer (None: none pending)
+        self.timer_at: float | None = None  # when the live deadline timer fires (None: none)
         self.timer_ver = 0
         self._shares: dict[int, tuple[float, float]] = {}  # batch size → (share, slowdown)
 
@@ -78,13 +78,3 @@ class EncodeWorker:
         self.sm_busy_s += self.share * (t - self.started)
         batch, self.batch = self.batch, None
         return batch  # type: ignore[return-value]
-
-    def arm(self, d: float) -> int | None:
-        """The batcher's deadline is d: the version of a timer to schedule at d, or None when
-        the live timer fires no later (it then looks again)."""
-        ta = self.timer_at
-        if ta is not None and d >= ta:
-            return None
-        self.timer_ver += 1
-        self.timer_at = d
-        return self.timer_ver

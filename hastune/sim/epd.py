@@ -55,13 +55,35 @@ class PoolTiming:
 
 
 class EPDDecode(DecodeWorker):
-    """A decode worker that also counts the KV tokens routed to it but still on the wire."""
+    """A decode worker of one run, wired to its heap and request lists so that its events
+    call it directly; it also counts the KV tokens routed to it but still on the wire."""
 
-    __slots__ = ("inflight",)
+    __slots__ = ("inflight", "heap", "seq", "pre_tok", "out_tok", "t_last", "rejected",
+                 "on_arrive", "on_wake")
 
-    def __init__(self, spec: DecodeSpec, cap_tokens: int, gpu: int):
+    def __init__(self, spec: DecodeSpec, cap_tokens: int, gpu: int, run: _EPDRun):
         super().__init__(spec, cap_tokens, gpu)
         self.inflight = 0.0
+        self.heap, self.seq = run.heap, run.seq
+        self.pre_tok, self.out_tok = run.pre_tok, run.out_tok
+        self.t_last, self.rejected = run.t_last, run.rejected
+        self.on_arrive, self.on_wake = self._arrive, self._wake  # bound once
+
+    def _arrive(self, t: float, r: int, _: None) -> None:
+        """Request r's KV cache arrived."""
+        pre, out = self.pre_tok[r], self.out_tok[r]
+        self.inflight -= pre + out
+        nxt = self.add(r, pre + 1.0, out, t)
+        if nxt is not None:
+            heappush(self.heap, (nxt[0], PRIO_DONE, next(self.seq), self.on_wake, self.version,
+                                 None))
+
+    def _wake(self, t: float, ver: int, _: None) -> None:
+        if ver == self.version:
+            nxt = self.wake(t, self.t_last, self.rejected)
+            if nxt is not None:
+                heappush(self.heap, (nxt[0], PRIO_DONE, next(self.seq), self.on_wake,
+                                     self.version, None))
 
 
 class EPDSimulator:
@@ -91,10 +113,9 @@ class _EPDRun:
 
     __slots__ = ("sim", "rate", "loop", "heap", "seq", "pre_tok", "enc_tok", "out_tok", "llm_tok",
                  "t_first", "t_last", "rejected", "net", "emb_bytes", "kv_bytes", "enc",
-                 "router", "local", "remote", "dws", "rr", "rr_text", "has_remote",
+                 "router", "local", "remote", "dws", "dws_rest", "rr", "rr_text",
                  "text_at_encode",
-                 "on_enc_done", "on_timer", "on_pf_arrive", "on_pf_done", "on_dec_arrive",
-                 "on_dec_wake")
+                 "on_enc_done", "on_timer", "on_pf_arrive", "on_pf_done")
 
     def __init__(self, sim: EPDSimulator, reqs: RequestSet, rate: float):
         cfg, prof, tm = sim.config, sim.profile, sim.timing
@@ -118,45 +139,49 @@ class _EPDRun:
         self.local = [PrefillWorker(tm.local_prefill, e, share=1.0)
                       for e, p in enumerate(pols) if p.local_prefill]
         self.remote = [PrefillWorker(tm.remote_prefill, n_E + j) for j in range(n_P)]
-        self.has_remote = n_P > 0
         # text-only requests: through an encode GPU (its local prefill may take them), or,
         # without local prefill, from the frontend straight to the remote pool
         self.text_at_encode = pols[0].local_prefill
         self.enc = [EncodeWorker(tm.encode, e, p.batcher, p.partitioner,
                                  self.local[e] if p.local_prefill else None)
                     for e, p in enumerate(pols)]
-        self.dws = [EPDDecode(tm.decode, tm.decode_kv_tokens, n_E + n_P + k)
+        self.dws = [EPDDecode(tm.decode, tm.decode_kv_tokens, n_E + n_P + k, self)
                     for k in range(n_D)]
+        self.dws_rest = self.dws[1:]
         self.rr = self.rr_text = 0
         # bound once: heap entries hold these
         self.on_enc_done, self.on_timer = self._enc_done, self._timer
         self.on_pf_arrive, self.on_pf_done = self._pf_arrive, self._pf_done
-        self.on_dec_arrive, self.on_dec_wake = self._dec_arrive, self._dec_wake
 
     # -- arrival and encode ---------------------------------------------------------------
     def arrive(self, r: int, t: float) -> None:
         enc = self.enc
         if self.enc_tok[r] <= 0:  # text only: straight to prefill
             if self.text_at_encode:
-                self._route(enc[self.rr_text % len(enc)], r, t)
+                self._route(enc[self.rr_text % len(enc)], [r], t)
                 self.rr_text += 1
             else:
-                self._route(None, r, t)
+                self._route(None, [r], t)
             return
         ew = enc[self.rr % len(enc)]
         self.rr += 1
-        batch = ew.batcher.add(t, r)
+        bt = ew.batcher
+        batch = bt.add(t, r)
         if batch is not None:
             ew.queue.append(batch)
             if ew.batch is None:
                 self._start_encode(ew, t)
-        else:
-            self._arm(ew, ew.batcher.deadline(), t)  # type: ignore[arg-type]
+            return
+        d = bt.deadline()
+        ta = ew.timer_at
+        if ta is None or d < ta:  # type: ignore[operator]
+            self._arm(ew, d)  # type: ignore[arg-type]
 
-    def _arm(self, ew: EncodeWorker, d: float, t: float) -> None:
-        ver = ew.arm(d)
-        if ver is not None:
-            heappush(self.heap, (d, PRIO_TIMER, next(self.seq), self.on_timer, ew, ver))
+    def _arm(self, ew: EncodeWorker, d: float) -> None:
+        """Time the encode worker's batch deadline d (its live timer is later, or none)."""
+        ew.timer_ver += 1
+        ew.timer_at = d
+        heappush(self.heap, (d, PRIO_TIMER, next(self.seq), self.on_timer, ew, ew.timer_ver))
 
     def _timer(self, t: float, ew: EncodeWorker, ver: int) -> None:
         if ver != ew.timer_ver:
@@ -171,7 +196,7 @@ class _EPDRun:
         else:
             d = bt.deadline()
             if d is not None:
-                self._arm(ew, d, t)
+                self._arm(ew, d)
 
     def _start_encode(self, ew: EncodeWorker, t: float) -> None:
         done = ew.start(t, self.enc_tok)
@@ -185,8 +210,7 @@ class _EPDRun:
             self._start_encode(ew, t)
         elif ew.local is not None:
             self._set_local_share(ew.local, t, 1.0)
-        for r in batch:
-            self._route(ew, r, t)
+        self._route(ew, batch, t)
 
     # -- prefill --------------------------------------------------------------------------
     def _set_local_share(self, w: PrefillWorker, t: float, share: float) -> None:
@@ -194,29 +218,32 @@ class _EPDRun:
         if ft is not None:
             heappush(self.heap, (ft, PRIO_DONE, next(self.seq), self.on_pf_done, w, w.version))
 
-    def _route(self, ew: EncodeWorker | None, r: int, t: float) -> None:
-        """Send request r's prefill (its embeddings on encode worker `ew`) local or remote."""
-        pre = self.pre_tok[r]
-        if self.has_remote and self.router.route():  # epd-static: s = 1, always remote
-            remote = self.remote
-            w = remote[0]
-            best = w.outstanding
-            for x in remote:
-                if x.outstanding < best:
-                    w, best = x, x.outstanding
-            w.outstanding += pre
-            src = ew.gpu if ew is not None else w.gpu
-            at = self.net.transfer(src, w.gpu, self.llm_tok[r] * self.emb_bytes, t)
-            if at != t:
-                heappush(self.heap, (at, PRIO_ARRIVE, next(self.seq), self.on_pf_arrive, w, r))
-                return
-        else:
-            w = ew.local  # type: ignore[union-attr]
-            w.outstanding += pre
-        w.queue.append((r, pre))
-        if w.batch is None:
-            heappush(self.heap, (w.start(t), PRIO_DONE, next(self.seq), self.on_pf_done, w,
-                                 w.version))
+    def _route(self, ew: EncodeWorker | None, batch: list[int], t: float) -> None:
+        """Send the prefills of `batch` (their embeddings on encode worker `ew`; None: the
+        frontend) to the local prefill or to the remote worker with the least outstanding."""
+        pre_tok, router, remote, heap, seq = self.pre_tok, self.router, self.remote, \
+            self.heap, self.seq
+        for r in batch:
+            pre = pre_tok[r]
+            if remote and router.route():  # epd-static: s = 1, always remote
+                w = remote[0]
+                best = w.outstanding
+                for x in remote:
+                    if x.outstanding < best:
+                        w, best = x, x.outstanding
+                w.outstanding += pre
+                src = ew.gpu if ew is not None else w.gpu
+                at = self.net.transfer(src, w.gpu, self.llm_tok[r] * self.emb_bytes, t)
+                if at != t:
+                    heappush(heap, (at, PRIO_ARRIVE, next(seq), self.on_pf_arrive, w, r))
+                    continue
+            else:
+                w = ew.local  # type: ignore[union-attr]
+                w.outstanding += pre
+            w.queue.append((r, pre))
+            if w.batch is None:
+                heappush(heap, (w.start(t), PRIO_DONE, next(seq), self.on_pf_done, w,
+                                w.version))
 
     def _pf_arrive(self, t: float, w: PrefillWorker, r: int) -> None:
         w.queue.append((r, self.pre_tok[r]))
@@ -233,7 +260,7 @@ class _EPDRun:
             heappush(heap, (w.due, PRIO_DONE, next(seq), self.on_pf_done, w, ver))
             return
         pre_tok, out_tok, t_first = self.pre_tok, self.out_tok, self.t_first
-        dws, net, kvb, arrive = self.dws, self.net, self.kv_bytes, self.on_dec_arrive
+        dws, dws_rest, net, kvb = self.dws, self.dws_rest, self.net, self.kv_bytes
         for r in w.finish(t):
             pre = pre_tok[r]
             w.outstanding -= pre
@@ -244,32 +271,16 @@ class _EPDRun:
                 continue
             d = dws[0]
             best = d.reserved + d.pending_tokens + d.inflight
-            for x in dws:
+            for x in dws_rest:
                 v = x.reserved + x.pending_tokens + x.inflight
                 if v < best:
                     d, best = x, v
             d.inflight += pre + out
             at = net.transfer(w.gpu, d.gpu, pre * kvb, t)
-            heappush(heap, (at, PRIO_ARRIVE, next(seq), arrive, d, r))
+            heappush(heap, (at, PRIO_ARRIVE, next(seq), d.on_arrive, r, None))
         ft = w.start(t)
         if ft is not None:
             heappush(heap, (ft, PRIO_DONE, next(seq), self.on_pf_done, w, w.version))
-
-    # -- decode ---------------------------------------------------------------------------
-    def _dec_arrive(self, t: float, d: EPDDecode, r: int) -> None:
-        pre, out = self.pre_tok[r], self.out_tok[r]
-        d.inflight -= pre + out
-        nxt = d.add(r, pre + 1.0, out, t)
-        if nxt is not None:
-            heappush(self.heap, (nxt[0], PRIO_DONE, next(self.seq), self.on_dec_wake, d,
-                                 d.version))
-
-    def _dec_wake(self, t: float, d: EPDDecode, ver: int) -> None:
-        if ver == d.version:
-            nxt = d.wake(t, self.t_last, self.rejected)
-            if nxt is not None:
-                heappush(self.heap, (nxt[0], PRIO_DONE, next(self.seq), self.on_dec_wake, d,
-                                     d.version))
 
     # -- result ---------------------------------------------------------------------------
     def result(self, wall0: float) -> RunResult:
