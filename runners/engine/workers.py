@@ -150,6 +150,24 @@ def encode_policies(opts: dict) -> Any:
     return policies_for(parse_config(opts["config"]), opts["rate_hint"])
 
 
+def _start_local_prefill(local: _Prefill, inbox: queue.Queue, part: Any,
+                         name: str) -> threading.Thread:
+    """The encode worker's co-resident local prefill: a thread that serves `inbox`, each batch
+    on its side of the device split `part`."""
+    def serve() -> None:
+        while True:
+            job = inbox.get()
+            if job == STOP:
+                return
+            batch = local.take(job, inbox)
+            with part.prefilling():
+                local.run(batch)
+
+    th = threading.Thread(target=serve, name=f"{name}-local-prefill", daemon=True)
+    th.start()
+    return th
+
+
 def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
                 prefill_inboxes: list, prefill_names: list[str], decode_inboxes: list,
                 decode_names: list[str], shared: Shared) -> None:
@@ -166,20 +184,9 @@ def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
     local_q: queue.Queue = queue.Queue()
     local_thread: threading.Thread | None = None
     if pol.local_prefill:
-        local = _Prefill(model, name, opts, events, decode_inboxes, decode_names, shared, None)
-
-        def local_loop() -> None:
-            while True:
-                job = local_q.get()
-                if job == STOP:
-                    return
-                batch = local.take(job, local_q)
-                with part.prefilling():
-                    local.run(batch)
-
-        local_thread = threading.Thread(target=local_loop, name=f"{name}-local-prefill",
-                                        daemon=True)
-        local_thread.start()
+        local_thread = _start_local_prefill(
+            _Prefill(model, name, opts, events, decode_inboxes, decode_names, shared, None),
+            local_q, part, name)
     events.put((EV_READY, -1, name, time.monotonic(), part.report()))
 
     def route(job: Job, t: float) -> None:
