@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hastune.policies.admission import Admission, SlackTracker
 from hastune.policies.batcher import PoissonGapBatcher, TimeoutBatcher, poisson_gap_kappa
+from hastune.policies.epd import EncodePolicies, epd_policies, policies_for, static_policies
 from hastune.policies.iteration import IterationScheduler, Prompt
 from hastune.policies.mitosis import GROW, HOLD, SHRINK, Mitosis
 from hastune.policies.partitioner import SEED_SM_TABLE, SMPartitioner
@@ -13,6 +14,7 @@ from hastune.policies.router import DeficitRouter, LeastInFlight
 __all__ = [
     "Admission",
     "DeficitRouter",
+    "EncodePolicies",
     "GROW",
     "HOLD",
     "IterationScheduler",
@@ -26,5 +28,8 @@ __all__ = [
     "SEED_SM_TABLE",
     "SMPartitioner",
     "TimeoutBatcher",
+    "epd_policies",
     "poisson_gap_kappa",
+    "policies_for",
+    "static_policies",
 ]
