@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import statistics
+import sys
 import time
 from multiprocessing import get_context
 from pathlib import Path
@@ -23,10 +24,12 @@ from pathlib import Path
 import optuna
 
 from hastune.config import parse_config
-from hastune.goodput import GoodputResult
 from hastune.recipe import load_recipe
 from hastune.tune.outputs import convergence
 from hastune.tune.runner import TuneOptions, Tuner, config_key
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.fakes import LookupEvaluator  # noqa: E402  (an evaluator reading a table)
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ["audio-ultravox-8xa100.yaml", "image-llava-8xa100.yaml", "video-qwen-8xa100.yaml"]
@@ -80,14 +83,10 @@ def exhaustive(recipe_path: Path) -> dict[str, float]:
 
 def run_method(recipe_path: Path, table: dict[str, float], sampler: str, prune: bool,
                seed: int, budget: int) -> list[float]:
-    tuner = Tuner(load_recipe(recipe_path),
-                  TuneOptions(trials=budget, sampler=sampler, prune=prune, seed=seed,
-                              storage="memory", study=f"{sampler}-{prune}-{seed}"))
-
-    def lookup(cfg, config_path=None, on_probe=None, incumbent=None, early_stop=False):
-        return GoodputResult(table[config_key(cfg)], "percentile", 90.0, 0.02)
-
-    tuner.ev.goodput = lookup  # type: ignore[method-assign]
+    rec = load_recipe(recipe_path)
+    tuner = Tuner(rec, TuneOptions(trials=budget, sampler=sampler, prune=prune, seed=seed,
+                                   storage="memory", study=f"{sampler}-{prune}-{seed}"),
+                  evaluator=LookupEvaluator(rec, table))  # the exhaustive grid's goodputs
     study = tuner.open_study()
     tuner.work(study)
     return convergence(study)

@@ -37,6 +37,8 @@ class Evaluation:
     answer with probes a quarter as long first (`scout`), then decides it with full ones.
     Longer runs extend shorter ones (the request set is prefix-consistent)."""
 
+    name = "sim"
+
     def __init__(self, recipe: Recipe, profile: Profile | None = None,
                  requests: int | None = None, seed: int | None = None):
         self.recipe = recipe
@@ -150,6 +152,20 @@ class Evaluation:
                              f"recipe's budget cluster.gpus is {cluster.gpus}",
                              "use fewer GPUs in the config or raise cluster.gpus in the recipe")
         arch.check(self, config, config_path)
+
+    def runnable(self, config: Config) -> bool:
+        try:
+            self.check(config)
+        except InputError:
+            return False
+        return True
+
+    def describe(self) -> dict:
+        return {"requests_per_probe": len(self.requests), "profile": self.profile.name,
+                "probe_span_s": self.span_s}
+
+    def close(self) -> None:
+        pass  # a simulator holds nothing
 
     def simulator(self, config: Config,
                   config_path: str | Path | None = None) -> Simulator:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hastune import archs
 from hastune.config import AnyConfig
 from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe, search_goodput
@@ -48,6 +49,8 @@ def _vocab(model: str) -> int:
 
 
 class RealEvaluation:
+    name = "real"
+
     def __init__(self, recipe: Recipe, options: RealOptions | None = None,
                  requests: int | None = None, seed: int | None = None):
         self.recipe = recipe
@@ -65,12 +68,11 @@ class RealEvaluation:
 
     def _engine(self, config: Config, config_path: object = None):
         from runners.engine import Engine, EngineOptions
-        from runners.engine.modes import check_config
 
         key = config.model_dump_json()
         eng = self._engines.get(key)
         if eng is None:
-            check_config(config, config_path)
+            self.check(config, config_path)
             slo = self.recipe.slo
             try:
                 eng = Engine(config, EngineOptions(model=self.recipe.model,
@@ -121,12 +123,29 @@ class RealEvaluation:
             return verdict
         return run.stability(self.recipe.slo, self.opts.shortfall)
 
+    def check(self, config: Config, config_path: object = None) -> None:
+        """What the engine cannot run (its architecture module says: tp/pp > 1, mitosis, an
+        architecture without an engine mode) and what the recipe's budget does not hold."""
+        if config.gpus > self.recipe.cluster.gpus:
+            raise InputError(config_path, None, f"the config uses {config.gpus} GPUs but the "
+                             f"recipe's budget is {self.recipe.cluster.gpus}",
+                             "lower the pools or raise cluster.gpus")
+        archs.of(config).engine_check(config, config_path)
+
+    def runnable(self, config: Config) -> bool:
+        try:
+            self.check(config)
+        except InputError:
+            return False
+        return True
+
+    def describe(self) -> dict:
+        return {"requests_per_probe": self.opts.requests, "backend": self.opts.backend}
+
     def goodput(self, config: Config, config_path: object = None,
                 on_probe: Callable[[Probe], None] | None = None,
                 incumbent: float | None = None, early_stop: bool = False) -> GoodputResult:
-        from runners.engine.modes import check_config
-
-        check_config(config, config_path)  # before any probe: tp/pp/mitosis the engine lacks
+        self.check(config, config_path)  # before any probe
         start = self.recipe.evaluator.start_rate or self._start_rate(config)
         try:
             return search_goodput(lambda r: self.run(config, r, config_path), self.recipe.slo,

@@ -242,7 +242,17 @@ class SLO(_Strict):
 
 
 class Evaluator(_Strict):
-    kind: Literal["sim"] = "sim"
+    """The goodput search's settings (the simulator's probes; the real evaluator takes its own,
+    hastune.real.RealOptions). Which evaluator runs is the command's `--evaluator`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_kind(cls, data: object) -> object:
+        # recipes once said `kind: sim` here; it chose nothing, so it is accepted and dropped
+        if isinstance(data, dict) and data.get("kind") == "sim":
+            data = {k: v for k, v in data.items() if k != "kind"}
+        return data
+
     tolerance: float = Field(default=0.02, gt=0, lt=1,
                              description="relative step of the rate grid the search bisects on")
     max_probes: int = Field(default=40, ge=3)

@@ -124,16 +124,17 @@ def _runs(ev, cfg) -> bool:
 def test_engine_rule_removes_what_the_engine_cannot_run_before_any_probe():
     from pathlib import Path
 
+    from hastune.evaluators import make_evaluator
     from hastune.recipe import load_recipe
-    from hastune.tune.runner import Tuner
 
     root = Path(__file__).resolve().parent.parent
     rec = quick(load_recipe(root / "examples" / "ecoserve" / "a800-codellama-closed.yaml"))
     ev = Evaluation(rec, requests=200)
+    engine = make_evaluator("real", rec)  # asked what it can run; nothing is started
     probed = []
 
     def goodput(cfg):
-        assert Tuner.runnable(cfg), f"probed a config the engine cannot run: {cfg}"
+        assert engine.runnable(cfg), f"probed a config the engine cannot run: {cfg}"
         probed.append(cfg)
         return ev.goodput(cfg).goodput_rps
 
@@ -141,7 +142,7 @@ def test_engine_rule_removes_what_the_engine_cannot_run_before_any_probe():
         space = space_for(arch, rec.path, rec.search_space)
         full = prune(rec, ev.profile, ev.requests, space)
         rep = prune(rec, ev.profile, ev.requests, space, evaluate=goodput, probe_top=1,
-                    runnable=Tuner.runnable)
+                    runnable=engine.runnable)
         multi = [c for c in full.kept if c.config.tp > 1 or c.config.pp > 1]
         assert multi, "the test needs tp or pp > 1 in the space"
         assert rep.removed["engine"] >= len(multi)

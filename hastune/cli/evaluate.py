@@ -10,8 +10,10 @@ from rich.console import Console
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s, load_inputs
-from hastune.errors import InputError
+from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s
+from hastune.config import load_config
+from hastune.evaluators import EVALUATORS, EvaluatorOptions, make_evaluator
+from hastune.recipe import load_recipe
 
 
 @app.command()
@@ -20,33 +22,19 @@ def evaluate(
     config: Path = typer.Option(..., "--config", "-c", help="deployment config YAML"),
     requests: int | None = typer.Option(None, "--requests", "-n", help="requests per probe"),
     seed: int | None = typer.Option(None, "--seed", help="override the recipe's seed"),
-    evaluator: str = typer.Option("sim", "--evaluator", help="sim (simulator) or real "
-                                  "(the engine in runners/ with a real model)"),
+    evaluator: str = typer.Option("sim", "--evaluator", help="what measures it: "
+                                  f"{', '.join(EVALUATORS)} (sim: the simulator; real: the "
+                                  "engine in runners/ with a real model)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     backend: str = BACKEND_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
 ) -> None:
     """Find the P90 goodput of a deployment: the highest rate that still meets the SLOs."""
-    if evaluator != "real" and (backend != "local" or ray_address):
-        raise InputError(None, "--backend", "the backend is the engine's: it applies to "
-                         "--evaluator real", "add --evaluator real, or drop --backend")
-    if evaluator == "real":
-        from hastune.config import load_config
-        from hastune.real import RealEvaluation, RealOptions
-        from hastune.recipe import load_recipe
-
-        rec, cfg = load_recipe(recipe), load_config(config)
-        if cfg.gpus > rec.cluster.gpus:
-            raise InputError(config, None, f"the config uses {cfg.gpus} GPUs but the recipe's "
-                             f"budget is {rec.cluster.gpus}", "lower the pools or raise "
-                             "cluster.gpus")
-        ev = RealEvaluation(rec, RealOptions(backend=backend, ray_address=ray_address),
-                            requests=requests, seed=seed)
-    elif evaluator == "sim":
-        rec, cfg, ev = load_inputs(recipe, config, requests, seed)
-    else:
-        raise InputError(None, "--evaluator", f"unknown evaluator {evaluator!r}",
-                         "use sim or real")
+    rec, cfg = load_recipe(recipe), load_config(config)
+    ev = make_evaluator(evaluator, rec, EvaluatorOptions(requests=requests, seed=seed,
+                                                         backend=backend,
+                                                         ray_address=ray_address))
+    ev.check(cfg, config)
     con = Console(highlight=False, stderr=as_json)
     pct = rec.slo.percentile
 
@@ -74,9 +62,7 @@ def evaluate(
     out.update({"architecture": cfg.architecture, "gpus": cfg.gpus,
                 "goodput_per_gpu": res.goodput_rps / cfg.gpus, "seed": ev.seed,
                 "evaluator": evaluator, "wall_s": wall})
-    if evaluator == "sim":
-        out.update({"requests_per_probe": len(ev.requests), "profile": ev.profile.name,
-                    "probe_span_s": ev.span_s})
+    out.update(ev.describe())
     if res.best_run is not None:
         out["at_goodput"] = {k: v for k, v in res.best_run.summary(rec.slo).items()
                              if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}
@@ -87,9 +73,10 @@ def evaluate(
     tab.add_row("goodput", f"[bold]{res.goodput_rps:.3f} req/s[/] "
                 f"({res.goodput_rps / cfg.gpus:.3f} per GPU)")
     tab.add_row("criterion", f"{res.criterion}, P{pct:g}, tolerance {res.tolerance:.0%}")
+    span = ev.describe().get("probe_span_s")
     tab.add_row("probes", f"{len(res.probes)} in {wall:.2f} s" + (
-        f", each at least {ev.span_s:.4g} s of arrivals (min_span × request lifetime)"
-        if evaluator == "sim" else ""))
+        f", each at least {span:.4g} s of arrivals (min_span × request lifetime)"
+        if span is not None else ""))
     if not res.bracketed:
         tab.add_row("note", "[yellow]the search hit its rate limit; the bound is not exact[/]")
     con.print(tab)

@@ -17,6 +17,7 @@ from hastune.cli import app
 from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps
 from hastune.config import config_dict, parse_config
 from hastune.errors import InputError
+from hastune.evaluators import EVALUATORS
 
 EXIT_NO_CONFIG = 3
 EXIT_REGRESSION = 4
@@ -91,7 +92,8 @@ def tune(
     recipe: Path = typer.Argument(..., help="recipe YAML"),
     trials: int = typer.Option(40, "--trials", "-n", help="evaluations in the study (total)"),
     sampler: str = typer.Option("tpe", "--sampler", help="tpe | gp | skopt | random"),
-    evaluator: str = typer.Option("sim", "--evaluator", help="sim (real: with the engine)"),
+    evaluator: str = typer.Option("sim", "--evaluator", help="what measures each trial: "
+                                  f"{', '.join(EVALUATORS)} (real: the engine)"),
     storage: str | None = typer.Option(None, "--storage",
                                        help="optuna storage URL, or journal:PATH (default: "
                                             "sqlite DIR/study.db)"),

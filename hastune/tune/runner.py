@@ -24,6 +24,7 @@ import optuna
 from hastune.config import AnyConfig, config_dict, parse_config
 from hastune.errors import InputError
 from hastune.evaluate import Evaluation
+from hastune.evaluators import Evaluator, EvaluatorOptions, make_evaluator
 from hastune.prune import RULES, Bounds, derived_margin, keeps, prune
 from hastune.recipe import Recipe, load_recipe
 from hastune.space import space_for
@@ -82,13 +83,9 @@ class Prepared:
 
 
 class Tuner:
-    def __init__(self, recipe: Recipe, opts: TuneOptions):
-        if opts.evaluator not in ("sim", "real"):
-            raise InputError(None, "--evaluator", f"unknown evaluator {opts.evaluator!r}",
-                             "use sim or real")
-        if opts.evaluator != "real" and opts.backend != "local":
-            raise InputError(None, "--backend", "the backend is the engine's: it applies to "
-                             "--evaluator real", "add --evaluator real, or drop --backend")
+    def __init__(self, recipe: Recipe, opts: TuneOptions, evaluator: Evaluator | None = None):
+        """`evaluator`: what measures each trial (default: `opts.evaluator` from the registry,
+        hastune.evaluators); pruning always works from the recipe's profile."""
         if opts.backend == "ray" and opts.workers > 1 and not (
                 opts.ray_address or os.environ.get("RAY_ADDRESS")):
             raise InputError(None, "--ray-address", "K tune workers with --backend ray would "
@@ -103,13 +100,12 @@ class Tuner:
         self.recipe = recipe
         self.opts = opts
         self.seed = recipe.seed if opts.seed is None else opts.seed
-        self.ev = Evaluation(recipe)  # the profile and requests pruning works from
-        self.evaluator: Any = self.ev
-        if opts.evaluator == "real":
-            from hastune.real import RealEvaluation, RealOptions
-
-            self.evaluator = RealEvaluation(recipe, RealOptions(
+        if evaluator is None:
+            evaluator = make_evaluator(opts.evaluator, recipe, EvaluatorOptions(
                 backend=opts.backend, ray_address=opts.ray_address))
+        self.evaluator: Evaluator = evaluator
+        # the profile and requests pruning works from (the simulator's, whatever measures)
+        self.ev = evaluator if isinstance(evaluator, Evaluation) else Evaluation(recipe)
         self.spaces = {a: space_for(a, recipe.path, recipe.search_space)
                        for a in recipe.architectures}
         self.pz = Parametrization(self.spaces, recipe.cluster.gpus)
@@ -128,17 +124,10 @@ class Tuner:
     def feasible(self, cfg: Config) -> bool:
         return self.bounds.memory_ok(cfg)
 
-    @staticmethod
-    def runnable(cfg: Config) -> bool:
-        """Whether the engine can run `cfg` (the real evaluator: one device per worker, so no
-        tp/pp > 1, no mitosis)."""
-        from runners.engine.modes import check_config
-
-        try:
-            check_config(cfg)
-        except InputError:
-            return False
-        return True
+    def runnable(self, cfg: Config) -> bool:
+        """Whether the evaluator can measure `cfg` (the simulator: anything the recipe can
+        run; the engine: one device per worker, no mitosis, …)."""
+        return self.evaluator.runnable(cfg)
 
     def prepare(self, study: optuna.Study,
                 on_trial: Callable[[optuna.trial.FrozenTrial], None] | None = None) -> Prepared:
@@ -156,8 +145,8 @@ class Tuner:
                                 evaluate=lambda c: self._record(study, c, on_trial),
                                 probe_top=self.opts.probe_top, margin=self.margin,
                                 lower_bound=report["lower_bound_rps"],
-                                runnable=self.runnable if self.opts.evaluator == "real"
-                                else None)
+                                runnable=None if self.evaluator is self.ev
+                                else self.runnable)
                     cands += [(c.bound, c.config) for c in rep.kept]
                     for r, n in rep.removed.items():
                         report["rules"][r] += n
@@ -166,7 +155,7 @@ class Tuner:
                 else:
                     for c in space.configs(self.recipe.cluster.gpus):
                         report["total"] += 1
-                        if self.opts.evaluator == "real" and not self.runnable(c):
+                        if self.evaluator is not self.ev and not self.runnable(c):
                             report["rules"]["engine"] += 1
                         elif self.feasible(c):
                             cands.append((0.0, c))

@@ -69,19 +69,12 @@ def test_resuming_in_process_adds_only_new_evaluations(small_recipe, tmp_path):
 def _lookup_tuner(small_recipe, tmp_path, **kw):
     """A tuner whose evaluations are a deterministic function of the configuration (fast:
     these tests check the search loop, not the simulator)."""
-    from hastune.goodput import GoodputResult
-    from hastune.tune.runner import config_key
+    from tests.fakes import LookupEvaluator
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    tuner = Tuner(load_recipe(small_recipe), TuneOptions(out=str(tmp_path), storage="memory",
-                                                         **kw))
-
-    def lookup(cfg, config_path=None, on_probe=None, incumbent=None, early_stop=False):
-        h = sum(ord(ch) * (i + 1) for i, ch in enumerate(config_key(cfg))) % 997
-        return GoodputResult(1.0 + h / 100, "percentile", 90.0, 0.02)
-
-    tuner.ev.goodput = lookup
-    return tuner
+    rec = load_recipe(small_recipe)
+    return Tuner(rec, TuneOptions(out=str(tmp_path), storage="memory", **kw),
+                 evaluator=LookupEvaluator(rec))
 
 
 def test_warm_start_tries_distinct_allocations_before_variants(small_recipe, tmp_path):
