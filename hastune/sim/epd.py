@@ -27,13 +27,13 @@ from hastune.cluster import Cluster
 from hastune.config import AnyConfig
 from hastune.policies.epd import policies_for
 from hastune.profile import DecodeSpec, EncodeSpec, PrefillSpec, Profile
+from hastune.runs import RunResult
 from hastune.sim.common import EventLoop, StopRule, build_result, check_gpus, request_lists
 from hastune.sim.decode import DecodeWorker
 from hastune.sim.encode import EncodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER
 from hastune.sim.network import Network
 from hastune.sim.prefill import PrefillWorker
-from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
 
 
@@ -111,11 +111,10 @@ class EPDSimulator:
 class _EPDRun:
     """The state of one run and its event handlers."""
 
-    __slots__ = ("sim", "rate", "loop", "heap", "seq", "pre_tok", "enc_tok", "out_tok", "llm_tok",
-                 "t_first", "t_last", "rejected", "net", "emb_bytes", "kv_bytes", "enc",
-                 "router", "local", "remote", "dws", "dws_rest", "rr", "rr_text",
-                 "text_at_encode",
-                 "on_enc_done", "on_timer", "on_pf_arrive", "on_pf_done")
+    __slots__ = ("sim", "rate", "loop", "heap", "seq", "pre_tok", "enc_tok", "out_tok",
+                 "llm_tok", "t_first", "t_last", "rejected", "net", "emb_bytes", "kv_bytes",
+                 "enc", "router", "local", "remote", "dws", "dws_rest", "rr", "rr_text",
+                 "text_at_encode", "on_enc_done", "on_timer", "on_pf_arrive", "on_pf_done")
 
     def __init__(self, sim: EPDSimulator, reqs: RequestSet, rate: float):
         cfg, prof, tm = sim.config, sim.profile, sim.timing
@@ -221,8 +220,8 @@ class _EPDRun:
     def _route(self, ew: EncodeWorker | None, batch: list[int], t: float) -> None:
         """Send the prefills of `batch` (their embeddings on encode worker `ew`; None: the
         frontend) to the local prefill or to the remote worker with the least outstanding."""
-        pre_tok, router, remote, heap, seq = self.pre_tok, self.router, self.remote, \
-            self.heap, self.seq
+        pre_tok, router, remote = self.pre_tok, self.router, self.remote
+        heap, seq = self.heap, self.seq
         for r in batch:
             pre = pre_tok[r]
             if remote and router.route():  # epd-static: s = 1, always remote
