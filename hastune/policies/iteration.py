@@ -125,22 +125,32 @@ class IterationScheduler:
             out.append(p)
         return out
 
-    def head_run(self, running: int) -> int:
-        """How many next iterations would each give the whole chunk budget to the first
-        prefilling prompt without finishing it, if the decode batch stays at `running`: the
-        iterations a caller may advance at once (`advance_head`), since admissions in between
-        only queue behind that prompt."""
-        if not self.chunked or not self.prefilling:
-            return 0
+    def run_head(self, running: int, limit: int) -> tuple[int, float, float, bool]:
+        """Count at once the next iterations, at most `limit`, that would each give the whole
+        chunk budget to the first prefilling prompt without finishing it, if the decode batch
+        stays at `running`: requests admitted in between only queue behind that prompt, so a
+        caller may run them without planning each. Returns (how many, the budget each gave,
+        the prompt's `done` before them, whether that was all of them: the next iteration
+        finishes the prompt)."""
         b = self.chunk - running
-        if b <= 0:
-            return 0
+        if not self.chunked or not self.prefilling or b <= 0:
+            return 0, 0.0, 0.0, False
         p = self.prefilling[0]
-        left = p.total - p.done
-        return int((left - 1) // b) if left > b else 0
+        done = p.done
+        left = p.total - done
+        full = int((left - 1) // b) if left > b else 0
+        k = full if full < limit else limit
+        p.done = done + k * b
+        return k, b, done, k == full
 
-    def advance_head(self, k: int, running: int) -> float:
-        """Count k iterations' chunks (see `head_run`) in the first prompt; their size."""
-        b = self.chunk - running
-        self.prefilling[0].done += k * b
-        return b
+    def fills(self, running: int) -> bool:
+        """Whether the prompts already prefilling fill the next chunked iteration's budget:
+        then requests admitted before it queue behind and cannot change its plan."""
+        need = self.chunk - running
+        if not self.chunked or need <= 0:
+            return False
+        for p in self.prefilling:
+            need -= p.total - p.done
+            if need <= 0:
+                return True
+        return False

@@ -106,6 +106,37 @@ class InstanceTiming:
         return (fixed + self.pp * self.hop_lat + d.per_seq_s * n + d.per_context_token_s * ctx
                 + pf)
 
+    def mixed_run(self, k: int, t: float, n: int, ctx: float, chunk: float, done: float,
+                  busy: float, longest: float) -> tuple[float, float, float]:
+        """k consecutive iterations that each decode the same n sequences (total context ctx
+        at the first, n more at each next) beside the next `chunk` tokens of one prompt
+        (`done` tokens in at the first). The same float operations, in the same order, as k
+        calls of `mixed` timed one after the other, so the same timestamps as running them
+        event by event: (t + the durations, busy + the durations, the longest of them and
+        `longest`), each sum taken one duration at a time."""
+        pf0 = self.p_tok * chunk
+        p_sq = self.p_sq
+        hop = (self.pp - 1) * (self.hop_lat + chunk * self.hop_tok) if self.pp > 1 else 0.0
+        if n == 0:
+            base, per_ctx = self.p_fixed, 0.0  # p_fixed + 0.0 × ctx is p_fixed exactly
+        else:
+            d = self.decode
+            fixed = self.d_fixed if self.d_fixed > self.p_fixed else self.p_fixed
+            base, per_ctx = fixed + self.pp * self.hop_lat + d.per_seq_s * n, d.per_context_token_s
+        for _ in range(k):
+            d1 = done + chunk
+            if hop:
+                dur = base + per_ctx * ctx + (pf0 + p_sq * (d1 * d1 - done * done) + hop)
+            else:
+                dur = base + per_ctx * ctx + (pf0 + p_sq * (d1 * d1 - done * done))
+            t += dur
+            busy += dur
+            if dur > longest:
+                longest = dur
+            ctx += n
+            done = d1
+        return t, busy, longest
+
 
 class ReplicaDecode(DecodeWorker):
     """A closed-form decode batch that its instance drives boundary by boundary: requests join

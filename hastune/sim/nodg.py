@@ -24,6 +24,8 @@ import math
 import time
 from heapq import heappush
 
+import numpy as np
+
 from hastune.cluster import Cluster
 from hastune.config import NoDGConfig
 from hastune.policies import IterationScheduler, LeastInFlight, Prompt
@@ -49,7 +51,7 @@ class _Replica:
     """One replica's state in a run: its decode batch, its scheduler, its pending event."""
 
     __slots__ = ("tm", "dec", "sched", "active", "in_iter", "ver", "ev_t", "target", "decodes",
-                 "busy_since", "busy_s", "iters", "prefill_s", "max_iter")
+                 "busy_since", "busy_s", "iters", "prefill_s", "max_iter", "run")
 
     def __init__(self, tm: InstanceTiming, kv_cap: int, chunk: int | None):
         self.tm = tm
@@ -66,6 +68,7 @@ class _Replica:
         self.iters = 0
         self.prefill_s = 0.0
         self.max_iter = 0.0     # longest iteration that carried prefill work
+        self.run: tuple | None = None  # the last chunk run, as it started (chunk_run)
 
 
 class NoDGSimulator:
@@ -93,9 +96,13 @@ class _Run:
         self.sim, self.rate = sim, rate
         self.loop = loop = EventLoop(reqs, rate)
         self.heap, self.seq = loop.heap, loop.seq
-        (self.pre_tok, self.enc_tok, self.out_tok, mm, self.t_first, self.t_last,
+        (self.pre_tok, _, self.out_tok, mm, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs)
         self.mm = mm
+        if mm:  # each request's inline encode, 0 without a payload
+            x = reqs.encoder_tokens
+            lat = sim.timings[0].encode_latency(1, x, x * x)
+            self.enc_s = np.where(x > 0, lat, 0.0).tolist()
         loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok)
         chunk = sim.config.chunk_tokens
         self.chunked = chunk is not None
@@ -104,6 +111,8 @@ class _Run:
         self.reps = [_Replica(tm, tm.kv_cap, chunk) for tm in sim.timings]
         self.router = LeastInFlight(len(self.reps))
         self.closed = loop.closed
+        self.next_arrival = 0  # the first pre-computed arrival not seen yet (open loop)
+        self.arr, self.n_open = loop.arr, loop.n_open
 
     def go(self) -> RunResult:
         reps, step, arrive = self.reps, self.step, self.arrive
@@ -121,6 +130,7 @@ class _Run:
             self.loop.finished(q, t)
 
     def arrive(self, q: int, t: float) -> None:
+        self.next_arrival = q + 1
         k = self.router.route(q)
         rp = self.reps[k]
         pre = self.pre_tok[q]
@@ -137,6 +147,11 @@ class _Run:
         elif not rp.in_iter:  # decoding only: the next step boundary takes it
             tb, sb = rp.dec.boundary(t)
             if tb < rp.ev_t:
+                i = self.next_arrival  # nothing else comes first: that boundary, now
+                if not self.closed and (i >= self.n_open or self.arr[i] >= tb):
+                    rp.dec.advance(tb, sb, self.t_last)  # (before the next finish)
+                    self.plan(k, tb)
+                    return
                 rp.ver += 1
                 rp.ev_t = tb
                 rp.target = sb
@@ -150,7 +165,7 @@ class _Run:
         if rp.in_iter:
             rp.in_iter = False
             if rp.decodes:
-                fin = d.advance(t, d.step + 1, self.t_last)
+                fin = d.advance(t, rp.target, self.t_last)
             else:
                 fin = ()
                 d.t0 = t
@@ -168,15 +183,18 @@ class _Run:
         else:
             fin = d.advance(t, rp.target, self.t_last)
         if fin:
-            done = self.done
+            finish = self.router.finish
             for e in fin:
-                done(e[1], t)
+                finish(e[1])
+            if self.closed:
+                for e in fin:
+                    self.loop.finished(e[1], t)
         self.plan(k, t)
 
     def plan(self, k: int, t: float) -> None:
         """Replica k at t, between iterations: admit, then start the next iteration that
-        carries prefill work (encoding inline the payloads of the prompts it starts, beside a
-        decode step of the batch when chunked), or decode to the next finish, or go idle."""
+        carries prefill work (and the ones after it that are known now: chunk_run), or
+        decode to the next finish, or go idle."""
         rp = self.reps[k]
         d = rp.dec
         sched = rp.sched
@@ -185,25 +203,31 @@ class _Run:
         if sched.prefilling:
             chunks, tokens, sq = sched.plan(d.n)
             if tokens > 0:
+                n = d.n if self.chunked else 0
+                ctx = d.S + d.n * d.step  # d.context
                 tm = rp.tm
                 enc = 0.0
-                if self.mm:
-                    enc_tok = self.enc_tok
+                if self.mm:  # encode inline the payloads of the prompts it starts
+                    enc_s = self.enc_s
                     for p, c in chunks:
-                        x = enc_tok[p.req]
-                        if p.done == c and x > 0:
-                            enc += tm.encode_latency(1, x, x * x)
-                n = d.n if self.chunked else 0
-                dur = enc + tm.mixed(n, d.S + d.n * d.step, tokens, sq)  # d.context
+                        if p.done == c:
+                            enc += enc_s[p.req]
+                dur = enc + tm.mixed(n, ctx, tokens, sq)  # as iteration_s
                 rp.prefill_s += dur
                 if dur > rp.max_iter:
                     rp.max_iter = dur
                 rp.decodes = n > 0
                 rp.in_iter = True
                 rp.iters += 1
+                rp.target = d.step + 1
+                t_end = t + dur
+                if len(chunks) == 1 and self.chunked:
+                    p = chunks[0][0]
+                    if p.total - p.done > tokens + tokens:  # a run pays from 2 iterations on
+                        t_end = self.chunk_run(rp, t_end, ctx)
                 rp.ver += 1
-                rp.ev_t = t + dur
-                heappush(self.heap, (t + dur, PRIO_DONE, next(self.seq), STEP, k, rp.ver))
+                rp.ev_t = t_end
+                heappush(self.heap, (t_end, PRIO_DONE, next(self.seq), STEP, k, rp.ver))
                 return
         if d.n > 0:
             tf, sf = d.next_finish()  # type: ignore[misc]
@@ -216,9 +240,81 @@ class _Run:
             rp.ev_t = math.inf
             rp.busy_s += t - rp.busy_since
 
+    def iteration_s(self, rp: _Replica, chunks: list, tokens: float, sq: float, n: int,
+                    ctx: float) -> float:
+        """How long an iteration takes that prefills `chunks` (`tokens` in all, adding `sq` to
+        Σ L²; the payloads of the prompts it starts encoded inline) beside a decode step of n
+        sequences of total context ctx."""
+        tm = rp.tm
+        enc = 0.0
+        if self.mm:
+            enc_s = self.enc_s
+            for p, c in chunks:
+                if p.done == c:
+                    enc += enc_s[p.req]
+        return enc + tm.mixed(n, ctx, tokens, sq)
+
+    def chunk_run(self, rp: _Replica, t: float, ctx: float) -> float:
+        """The chunked iteration just planned (ending at t, decode context ctx) gave the whole
+        budget to one prompt, and the next ones would too (`run_head`). Add at once those
+        that start before the next decoding request finishes, then the one that finishes the
+        prompt if no request arrives before it starts or the prompts already prefilling fill
+        its budget (`fills`). Nothing in the replica changes in between — an arrival only
+        queues behind that prompt — so they make one event with the first, with the
+        timestamps of one event each. The end time of the last; `rp.run` keeps how the run
+        started, for `unwind`."""
+        d, sched = rp.dec, rp.sched
+        n = d.n
+        room = d.running[0][0] - rp.target if n else 1 << 62  # iterations before a finish
+        run, chunk, done, whole = sched.run_head(n, room)
+        busy, longest, iters = rp.prefill_s, rp.max_iter, rp.iters
+        t0 = t
+        ctx += n
+        if run:
+            t, rp.prefill_s, rp.max_iter = rp.tm.mixed_run(run, t, n, ctx, chunk, done, busy,
+                                                           longest)
+            rp.iters += run
+            rp.target += run
+        last = 0.0
+        if whole and run < room:
+            i = self.next_arrival  # the first arrival not seen yet
+            if (not self.closed and (i >= self.n_open or self.arr[i] >= t)) or sched.fills(n):
+                chunks, tokens, sq = sched.plan(n)
+                last = self.iteration_s(rp, chunks, tokens, sq, n, ctx + n * run)
+                t += last
+                rp.prefill_s += last
+                if last > rp.max_iter:
+                    rp.max_iter = last
+                rp.iters += 1
+                rp.target += 1
+        rp.run = (t0, run, n, ctx, chunk, done, busy, longest, iters, last, rp.ver + 1)
+        return t
+
+    def unwind(self, rp: _Replica, end: float) -> None:
+        """A stopped run ended at `end` inside rp's chunk run: count only the iterations that
+        had started by then, as event by event (the statistics of a stopped run)."""
+        t, run, n, ctx, chunk, done, busy, longest, iters, last, _ = rp.run  # type: ignore[misc]
+        m = 0
+        while m < run and t <= end:  # the boundary at t was reached: iteration m + 1 starts
+            t, busy, longest = rp.tm.mixed_run(1, t, n, ctx, chunk, done, busy, longest)
+            ctx += n
+            done += chunk
+            m += 1
+        if m == run and last and t <= end:  # and the one that finishes the prompt
+            busy += last
+            longest = last if last > longest else longest
+            m += 1
+        rp.prefill_s, rp.max_iter, rp.iters = busy, longest, iters + m
+        if n:
+            rp.dec.steps_run += m
+
     def result(self) -> RunResult:
         loop, reps, cfg = self.loop, self.reps, self.sim.config
         end = loop.t
+        if loop.stopped:
+            for rp in reps:
+                if rp.in_iter and rp.run is not None and rp.run[-1] == rp.ver:
+                    self.unwind(rp, end)
         span = loop.span()
         busy = sum(rp.busy_s + (end - rp.busy_since if rp.active else 0.0) for rp in reps)
         pf_s = sum(rp.prefill_s for rp in reps)

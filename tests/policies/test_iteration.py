@@ -108,17 +108,20 @@ def test_fifo_admission_stops_at_the_first_request_that_does_not_fit():
 def test_chunk_budget_is_what_the_decode_batch_leaves():
     s = IterationScheduler(seats=64, kv_cap=10_000, chunk_tokens=512, prefill_tokens=0)
     s.add(Prompt(0, 1500, 1400))
-    s.add(Prompt(1, 200, 100))
+    s.add(Prompt(1, 60, 50))
     s.admit(0, 0)
     chunks, tokens, sq = s.plan(running=12)
     assert [(p.req, c) for p, c in chunks] == [(0, 500)] and sq == 500 ** 2
-    assert s.head_run(12) == 1  # 900 left: one more full chunk (500), then 400 + 100 of req 1
-    assert s.advance_head(1, 12) == 500
+    # 900 left: one more full chunk of 500, then 400 + request 1's 50
+    assert s.run_head(12, limit=5) == (1, 500, 500, True)
+    assert not s.fills(12)  # 400 + 50 left: a request admitted now would get a share
+    s.add(Prompt(2, 300, 200))
+    s.admit(12, 0)
+    assert s.fills(12)      # 400 + 50 + 200: it cannot
     chunks, tokens, _ = s.plan(running=12)
-    assert [(p.req, c) for p, c in chunks] == [(0, 400), (1, 100)] and tokens == 500
+    assert [(p.req, c) for p, c in chunks] == [(0, 400), (1, 50), (2, 50)] and tokens == 500
     assert [p.req for p in s.pop_done()] == [0, 1]
     assert s.plan(running=600) == ([], 0.0, 0.0)  # no room beside the batch
-
 
 def test_unchunked_batches_whole_prompts_up_to_the_budget():
     s = IterationScheduler(seats=64, kv_cap=10_000, chunk_tokens=None, prefill_tokens=1000)
@@ -128,28 +131,27 @@ def test_unchunked_batches_whole_prompts_up_to_the_budget():
     assert [(p.req, c) for p, c in s.plan(5)[0]] == [(0, 3000)]  # alone, whatever its size
     s.pop_done()
     assert [(p.req, c) for p, c in s.plan(5)[0]] == [(1, 400), (2, 500)]
-    assert s.head_run(5) == 0  # only chunked prompts run several iterations
+    assert s.run_head(5, 10)[0] == 0 and not s.fills(5)  # chunked prompts only
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 5000), st.integers(0, 200), st.integers(64, 1024))
-def test_head_run_matches_iterating(total, running, chunk):
-    """head_run counts exactly the iterations in which the first prompt alone takes the whole
-    budget without finishing; advance_head leaves it where they would."""
+@given(st.integers(1, 5000), st.integers(0, 200), st.integers(64, 1024), st.integers(0, 20))
+def test_run_head_matches_planning_each_iteration(total, running, chunk, limit):
+    """run_head counts exactly the iterations in which the first prompt alone takes the whole
+    budget without finishing (up to the limit), and leaves it where they would."""
     a = IterationScheduler(seats=1000, kv_cap=1e9, chunk_tokens=chunk, prefill_tokens=0)
     b = IterationScheduler(seats=1000, kv_cap=1e9, chunk_tokens=chunk, prefill_tokens=0)
     for s in (a, b):
         s.add(Prompt(0, total + 1, total))
         s.add(Prompt(1, 11, 10))
         s.admit(0, 0)
-    k = a.head_run(running)
+    k, c, done, whole = a.run_head(running, limit)
     n = 0
     while True:
         chunks, _, _ = b.plan(running)
         if len(chunks) != 1 or chunks[0][0].done >= total:
             break
         n += 1
-    assert k == n
-    if k:
-        a.advance_head(k, running)
-        assert a.prefilling[0].done == k * (chunk - running)
+    assert done == 0 and k == min(n, limit) and a.prefilling[0].done == k * c
+    if chunk > running:  # (no room beside the batch: no run, nothing to finish)
+        assert c == chunk - running and whole == (k == n)
