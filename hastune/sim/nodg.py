@@ -51,7 +51,7 @@ class _Replica:
     """One replica's state in a run: its decode batch, its scheduler, its pending event."""
 
     __slots__ = ("tm", "dec", "sched", "active", "in_iter", "ver", "ev_t", "target", "decodes",
-                 "busy_since", "busy_s", "iters", "prefill_s", "max_iter", "run")
+                 "busy_since", "busy_s", "iters", "prefill_s", "max_iter", "run", "early")
 
     def __init__(self, tm: InstanceTiming, kv_cap: int, chunk: int | None):
         self.tm = tm
@@ -69,6 +69,7 @@ class _Replica:
         self.prefill_s = 0.0
         self.max_iter = 0.0     # longest iteration that carried prefill work
         self.run: tuple | None = None  # the last chunk run, as it started (chunk_run)
+        self.early: tuple | None = None  # the last boundary taken ahead, and before (arrive)
 
 
 class NoDGSimulator:
@@ -90,6 +91,9 @@ class NoDGSimulator:
 
 class _Run:
     """One run: the replicas, the router, the request lists, and the event handlers."""
+
+    ahead = True  # plan what is already known at once (chunk_run, arrivals); False: every
+    # iteration and step boundary is an event (the reference tests/sim/test_nodg_runs.py uses)
 
     def __init__(self, sim: NoDGSimulator, reqs: RequestSet, rate: float):
         self.wall0 = time.perf_counter()
@@ -148,9 +152,12 @@ class _Run:
             tb, sb = rp.dec.boundary(t)
             if tb < rp.ev_t:
                 i = self.next_arrival  # nothing else comes first: that boundary, now
-                if not self.closed and (i >= self.n_open or self.arr[i] >= tb):
-                    rp.dec.advance(tb, sb, self.t_last)  # (before the next finish)
+                if self.ahead and not self.closed and (i >= self.n_open or self.arr[i] >= tb):
+                    d = rp.dec
+                    was = (tb, d.steps_run, rp.iters, rp.prefill_s, rp.max_iter)
+                    d.advance(tb, sb, self.t_last)  # (before the next finish)
                     self.plan(k, tb)
+                    rp.early = (*was, rp.ver)  # for a run stopped before tb (result)
                     return
                 rp.ver += 1
                 rp.ev_t = tb
@@ -221,7 +228,7 @@ class _Run:
                 rp.iters += 1
                 rp.target = d.step + 1
                 t_end = t + dur
-                if len(chunks) == 1 and self.chunked:
+                if len(chunks) == 1 and self.chunked and self.ahead:
                     p = chunks[0][0]
                     if p.total - p.done > tokens + tokens:  # a run pays from 2 iterations on
                         t_end = self.chunk_run(rp, t_end, ctx)
@@ -311,10 +318,13 @@ class _Run:
     def result(self) -> RunResult:
         loop, reps, cfg = self.loop, self.reps, self.sim.config
         end = loop.t
-        if loop.stopped:
+        if loop.stopped:  # count only what had started by the end, as event by event
             for rp in reps:
                 if rp.in_iter and rp.run is not None and rp.run[-1] == rp.ver:
                     self.unwind(rp, end)
+                e = rp.early
+                if e is not None and e[0] > end and e[-1] == rp.ver:  # stopped at the arrival
+                    rp.dec.steps_run, rp.iters, rp.prefill_s, rp.max_iter = e[1:5]
         span = loop.span()
         busy = sum(rp.busy_s + (end - rp.busy_since if rp.active else 0.0) for rp in reps)
         pf_s = sum(rp.prefill_s for rp in reps)
