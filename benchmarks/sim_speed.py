@@ -1,6 +1,8 @@
 """Simulator speed: simulated requests per wall-second at ~80% of goodput, and the seconds one
 full `evaluate` (goodput search) takes, for 8-GPU deployments of the shipped recipes (every
-architecture on the audio example) and for padg/nodg/fudg on the 16-GPU EcoServe L20 recipe.
+architecture on the audio example), for padg/nodg/fudg on the 16-GPU EcoServe L20 recipe, and
+for nodg on long prompts (nodg-long-prompts.yaml: Vidur's arxiv-summarization trace, 512-token
+chunks, so every prompt takes several chunk iterations).
 
 Run: OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/sim_speed.py [--requests 2000] [--repeat 5]
 Targets (one core): ≥ 50,000 simulated requests/s; one evaluate (2,000 requests/probe) ≤ 1 s.
@@ -32,6 +34,8 @@ CASES = [
     (L20, "../ecoserve/configs/padg-tp2x8.yaml"),
     (L20, "../ecoserve/configs/nodg-tp2x8.yaml"),
     (L20, "../ecoserve/configs/fudg-2p6d-tp2.yaml"),
+    ("../benchmarks/nodg-long-prompts.yaml",
+     {"architecture": "nodg", "tp": 2, "replicas": 4, "chunk_tokens": 512}),
 ]
 
 
