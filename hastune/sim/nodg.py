@@ -15,7 +15,11 @@ The first token comes at the end of the iteration that finishes the prompt; the 
 the decode batch at the next iteration. Multimodal requests are encoded inline, in the
 iteration that carries their first chunk. Between iterations that carry prefill work the
 decode batch advances in closed form (hastune.sim.instance.ReplicaDecode), so a long output
-costs no more than a short one.
+costs no more than a short one; and what is already known runs as one event: a long prompt's
+consecutive chunk iterations (with the one that finishes it when nothing can change its plan),
+timed with the same float operations as one by one (InstanceTiming.mixed_run), and the step
+boundary an arrival at a decoding replica waits for when nothing arrives before it. Same
+timestamps, fewer events (tests/sim/test_nodg_runs.py checks against one event each).
 """
 
 from __future__ import annotations
