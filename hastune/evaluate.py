@@ -18,6 +18,7 @@ from hastune.recipe import Recipe
 from hastune.runs import RunResult
 from hastune.sim import Simulator
 from hastune.sim.common import StopRule
+from hastune.sim.instance import InstanceTiming
 from hastune.stability import Stability, stopped, unjudged
 from hastune.workload import RequestSet, sample_requests
 
@@ -43,8 +44,6 @@ class Evaluation:
                  requests: int | None = None, seed: int | None = None):
         self.recipe = recipe
         self.profile = profile or recipe.load_profile()
-        for a in recipe.architectures:
-            archs.get(a, recipe.path).check_profile(self.profile)
         self.seed = recipe.seed if seed is None else seed
         self.base_requests = requests or recipe.workload.requests
         self._pool: RequestSet = sample_requests(
@@ -152,6 +151,10 @@ class Evaluation:
                              f"recipe's budget cluster.gpus is {cluster.gpus}",
                              "use fewer GPUs in the config or raise cluster.gpus in the recipe")
         arch.check(self, config, config_path)
+
+    def instance_timing(self, tp: int, pp: int = 1) -> InstanceTiming:
+        """Latencies and KV capacity of one model instance of tp × pp GPUs."""
+        return InstanceTiming(self.profile, tp, pp, self.recipe.cluster)
 
     def runnable(self, config: Config) -> bool:
         try:

@@ -137,6 +137,24 @@ class Bounds:
 
         self._shapes: dict[tuple[int, int, bool], _Shape | None] = {}
         self._zero_whole: bool | None = None
+        self._at_tp: dict[int, Bounds | None] = {profile.tp: self}
+        self._lb_cache: dict[tuple, bool] = {}
+
+    def at_tp(self, tp: int) -> Bounds | None:
+        """These bounds for one GPU-worker of a TP group of `tp` GPUs (the profile's variant:
+        latencies with the all-reduce inside, memory per GPU), on the same request sets; None
+        if the profile has no such variant."""
+        if tp not in self._at_tp:
+            self._at_tp[tp] = (Bounds(self.recipe, self.profile.for_tp(tp), self.reqs,
+                                      self.cap_reqs) if tp in self.profile.tp_degrees else None)
+        return self._at_tp[tp]
+
+    def lb_ok_cached(self, key: tuple, ttft_lb, tpot_lb) -> bool:
+        """`lb_ok`, remembered under `key` (many configs share their lower bounds)."""
+        if key not in self._lb_cache:
+            self._lb_cache[key] = self.lb_ok(ttft_lb() if callable(ttft_lb) else ttft_lb,
+                                             tpot_lb() if callable(tpot_lb) else tpot_lb)
+        return self._lb_cache[key]
 
     def shape(self, tp: int, pp: int, encoder: bool = True) -> _Shape | None:
         """Bounds of one instance of tp × pp GPUs (None: the profile lacks tp, or a TP group

@@ -47,7 +47,7 @@ def test_multi_gpu_profiles_run_as_tp_groups():
     with pytest.raises(InputError, match="tp") as e:
         ev.check(parse_config({"architecture": "nodg", "tp": 1, "replicas": 8}), "c.yaml")
     assert "2, 4, 8" in str(e.value) and "c.yaml: tp" in str(e.value)
-    with pytest.raises(InputError, match="one GPU each"):
+    with pytest.raises(InputError, match="does not fit one GPU"):
         ev.check(parse_config({"architecture": "epd", **CONFIGS["epd"]}))
     with pytest.raises(InputError, match="spans nodes"):
         small = recipe("sharegpt", 200, model="qwen2-72b",

@@ -24,12 +24,13 @@ PACKAGES = ("hastune", "runners")
 # (layer, group, module prefixes). A module belongs to the group of its longest matching
 # prefix. Lowest layer first; groups of one layer must not import each other.
 LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
-    # the lowest ground: inputs, their validation, the run record, goodput's search, JSON
+    # the lowest ground: inputs and their validation — recipes, configs and the architecture
+    # registry they are checked against (hastune.archs names its simulators as strings and
+    # receives timing and bounds objects, so it imports nothing above) — the run record,
+    # goodput's search, JSON
     (0, "hastune core", ("hastune",)),
     # device primitives with torch passed in (green contexts): nothing of hastune
     (0, "runners.device", ("runners", "runners.device")),
-    # the architecture registry: which architectures exist and their config schemas
-    (1, "hastune.archs", ("hastune.archs",)),
     # pure, clock-agnostic scheduling policies (simulator and engine share them)
     (2, "hastune.policies", ("hastune.policies",)),
     # the reference model (torch): nothing of hastune
@@ -52,7 +53,7 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
 FORBIDDEN: list[tuple[str, str, str]] = [
     ("hastune.tune", "hastune.cli", "the tuner is a library; the CLI wraps it"),
     *[(low, high, "a lower layer imports the tuner or the CLI")
-      for low in ("hastune core", "hastune.archs", "hastune.policies", "hastune.sim",
+      for low in ("hastune core", "hastune.policies", "hastune.sim",
                   "hastune.calibrate", "hastune evaluators", "runners.device",
                   "runners.model", "runners.engine")
       for high in ("hastune.cli", "hastune.tune")],

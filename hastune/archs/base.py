@@ -8,6 +8,11 @@ spaces, pruning, evaluation, the engine and the CLI read it instead of naming ar
 
 The defaults here are those of replica-based architectures (full-model instances of tp × pp
 GPUs); the encode/prefill/decode family overrides them (hastune/archs/epd_family.py).
+
+The registry is part of hastune's input model (recipes and configs are validated against it),
+so it imports nothing above that: simulators are named as "module:Class" strings, and the
+rules that need timing or bounds receive the objects that hold them (an Evaluation, pruning's
+Bounds) instead of importing their modules.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class Architecture:
     config: ClassVar[type[ConfigBase]]
     summary: ClassVar[str]                 # one line, for help and docs
     simulator_class: ClassVar[str]         # "module:Class", imported on first use
+    simulator_reads_slo: ClassVar[bool] = True  # its simulator takes the SLOs (`slo=`)
     # the engine mode that runs it (runners/engine: "disaggregated" or "replica"), or None
     engine_mode: ClassVar[str | None] = None
     not_runnable: ClassVar[str] = ""       # why the engine cannot run it (engine_mode None)
@@ -107,23 +113,20 @@ class Architecture:
     # -- simulation -----------------------------------------------------------------------
     def simulator(self, profile: Profile, cluster: Cluster, config: Any, warmup: float,
                   slo: Any) -> Simulator:
-        module, cls = self.simulator_class.split(":")
-        return getattr(importlib.import_module(module), cls)(profile, cluster, config,
-                                                            warmup=warmup, slo=slo)
+        module, name = self.simulator_class.split(":")
+        cls = getattr(importlib.import_module(module), name)  # named, not imported: layers
+        if self.simulator_reads_slo:
+            return cls(profile, cluster, config, warmup=warmup, slo=slo)
+        return cls(profile, cluster, config, warmup=warmup)
 
     def shapes(self, cfg: Any) -> list[Shape]:
         """The kinds of model instance `cfg` runs."""
         return [Shape("", cfg.tp, cfg.pp)]
 
-    def check_profile(self, profile: Profile) -> None:
-        """Refuse a profile this architecture cannot use at all (before any config)."""
-
     def check(self, ev: Evaluation, cfg: Any, path: str | Path | None) -> None:
         """Refuse a config the recipe cannot run (beyond the GPU budget), naming the field:
         every instance's TP degree must be in the profile and inside a node, and its weights
         must leave room for KV cache."""
-        from hastune.sim.instance import InstanceTiming
-
         cluster = ev.recipe.cluster
         for sh in self.shapes(cfg):
             if sh.tp not in ev.profile.tp_degrees:
@@ -136,8 +139,7 @@ class Architecture:
                                  f"tp = {sh.tp} spans nodes (gpus_per_node = "
                                  f"{cluster.gpus_per_node}); TP groups stay inside a node",
                                  "lower tp and use pp for more GPUs per instance")
-            tm = InstanceTiming(ev.profile, sh.tp, sh.pp, cluster)
-            if tm.kv_cap_text <= 0:
+            if ev.instance_timing(sh.tp, sh.pp).kv_cap_text <= 0:
                 raise InputError(path, f"{sh.prefix}pp",
                                  f"the model's weights leave no room for KV cache at "
                                  f"tp = {sh.tp}, pp = {sh.pp}", "raise tp or pp")
@@ -149,10 +151,8 @@ class Architecture:
 
     def decode_timing(self, ev: Evaluation, cfg: Any) -> tuple[DecodeSpec, float]:
         """The decode step form and KV capacity (tokens) of one decode instance."""
-        from hastune.sim.instance import InstanceTiming
-
         sh = self.shapes(cfg)[-1]
-        tm = InstanceTiming(ev.profile, sh.tp, sh.pp, ev.recipe.cluster)
+        tm = ev.instance_timing(sh.tp, sh.pp)
         return tm.decode, tm.kv_cap_text
 
     # -- pruning (hastune.prune) ----------------------------------------------------------

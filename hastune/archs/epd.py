@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from hastune.archs.epd_family import EncodePrefillDecode, PoolsConfig
+from hastune.archs.epd_family import EncodePrefillDecode, PoolsConfig, pool_tp
 
 
 class EPDConfig(PoolsConfig):
@@ -19,9 +19,12 @@ class EPDConfig(PoolsConfig):
     n_D decode GPUs; encode micro-batch bound B; remote-prefill share s; batch fill target p."""
 
     architecture: Literal["epd"]
-    n_E: int = Field(ge=1, description="encode GPUs (each also runs a local prefill)")
-    n_P: int = Field(ge=0, description="remote prefill GPUs")
-    n_D: int = Field(ge=1, description="decode GPUs")
+    n_E: int = Field(ge=1, description="encode instances (each also runs a local prefill)")
+    n_P: int = Field(ge=0, description="remote prefill instances")
+    n_D: int = Field(ge=1, description="decode instances")
+    tp_E: int = pool_tp("encode")
+    tp_P: int = pool_tp("remote prefill")
+    tp_D: int = pool_tp("decode")
     B: int = Field(ge=1, le=256, description="encode micro-batch bound")
     s: float = Field(ge=0.0, le=1.0, description="share of prefills sent to the remote pool")
     p: float = Field(default=0.6, gt=0.0, lt=1.0, description="target batch fill probability")

@@ -10,25 +10,45 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from pydantic import Field, model_validator
+
 from hastune.archs.base import Architecture, ConfigBase, Shape
 from hastune.errors import InputError
 
 if TYPE_CHECKING:
     from hastune.evaluate import Evaluation
-    from hastune.profile import DecodeSpec, Profile
+    from hastune.profile import DecodeSpec
     from hastune.prune import Bounds
 
 
-class PoolsConfig(ConfigBase):
-    """n_E + n_P + n_D GPUs, one worker each."""
+def pool_tp(pool: str) -> Any:
+    """The field of one pool's tensor-parallel degree (every instance of the pool runs the LLM
+    on that many GPUs)."""
+    return Field(default=1, ge=1, le=64, description=f"tensor-parallel degree of one {pool} "
+                 "instance (GPUs per instance)")
 
-    gpu_terms = (("n_E",), ("n_P",), ("n_D",))
+
+class PoolsConfig(ConfigBase):
+    """tp_E × n_E + tp_P × n_P + tp_D × n_D GPUs: three pools of instances, each instance a
+    TP group of its pool's degree (tp 1: one worker per GPU). The tp fields are declared by
+    each config after its pool counts."""
+
+    gpu_terms = (("tp_E", "n_E"), ("tp_P", "n_P"), ("tp_D", "n_D"))
+
+    @model_validator(mode="after")
+    def _unused_pool_tp(self) -> PoolsConfig:
+        if getattr(self, "n_P", 1) == 0 and getattr(self, "tp_P", 1) != 1:
+            raise ValueError(f"tp_P = {self.tp_P} sizes a remote prefill pool but n_P = 0. "  # type: ignore[attr-defined]
+                             "Fix: leave tp_P at 1, or give n_P ≥ 1")
+        return self
 
 
 class EncodePrefillDecode(Architecture):
     pool_word = "workers"
     engine_mode = "disaggregated"
     simulator_class = "hastune.sim.epd:EPDSimulator"  # one simulator for the family
+    simulator_reads_slo = False
 
     # knobs: overridden per architecture
     def batch(self, cfg: Any) -> int:
@@ -43,29 +63,41 @@ class EncodePrefillDecode(Architecture):
         """Whether encode GPUs also prefill (some share stays local)."""
         return self.remote_share(cfg) < 1.0
 
-    def simulator(self, profile: Any, cluster: Any, config: Any, warmup: float,
-                  slo: Any) -> Any:
-        from hastune.sim.epd import EPDSimulator
-
-        return EPDSimulator(profile, cluster, config, warmup=warmup)  # reads no SLO
-
     def describe(self, cfg: Any) -> str:
-        return f"{self.name} on {cfg.gpus} GPUs ({cfg.n_E} E + {cfg.n_P} P + {cfg.n_D} D)"
+        tp = ("" if (cfg.tp_E, cfg.tp_P, cfg.tp_D) == (1, 1, 1) else
+              f", tp {cfg.tp_E}/{cfg.tp_P}/{cfg.tp_D}")
+        return f"{self.name} on {cfg.gpus} GPUs ({cfg.n_E} E + {cfg.n_P} P + {cfg.n_D} D{tp})"
+
+    def pools(self, cfg: Any) -> list[tuple[str, int, int]]:
+        """(pool letter, instances, tp) of each pool with instances."""
+        return [(x, n, tp) for x, n, tp in (("E", cfg.n_E, cfg.tp_E), ("P", cfg.n_P, cfg.tp_P),
+                                            ("D", cfg.n_D, cfg.tp_D)) if n > 0]
 
     def shapes(self, cfg: Any) -> list[Shape]:
         return []
 
-    def check_profile(self, profile: Profile) -> None:
-        if profile.tp != 1:
-            raise InputError(profile.path, "tp",
-                             f"the profile describes a tensor-parallel group of {profile.tp} "
-                             f"GPUs, but {self.name} workers run on one GPU each",
-                             "use a GPU whose memory holds the model (a profile with tp: 1), "
-                             "e.g. a 80 GB or 141 GB card, or an architecture that runs TP "
-                             "groups")
-
     def check(self, ev: Evaluation, cfg: Any, path: str | Path | None) -> None:
-        self.check_profile(ev.profile)
+        """Each pool's TP degree is one the profile has and stays inside a node; its weights
+        leave room for KV; closed loop is refused (the family's simulator is open loop)."""
+        prof, cluster = ev.profile, ev.recipe.cluster
+        for x, _, tp in self.pools(cfg):
+            if tp not in prof.tp_degrees:
+                how = "the model does not fit one GPU: " if prof.tp > 1 and tp == 1 else ""
+                raise InputError(path, f"tp_{x}", f"{how}the profile {prof.name} has no "
+                                 f"tensor-parallel variant tp = {tp}",
+                                 f"set tp_{x} to one of " + ", ".join(map(str, prof.tp_degrees))
+                                 + " (tp_E, tp_P, tp_D size each pool's instances)")
+            if tp > cluster.gpus_per_node:
+                raise InputError(path, f"tp_{x}", f"tp_{x} = {tp} spans nodes (gpus_per_node "
+                                 f"= {cluster.gpus_per_node}); TP groups stay inside a node",
+                                 f"lower tp_{x}")
+            if prof.for_tp(tp).memory.kv_capacity_tokens() <= 0:
+                raise InputError(path, f"tp_{x}", f"the model's weights leave no room for KV "
+                                 f"cache at tp = {tp}", f"raise tp_{x}")
+        for x, _, tp in self.pools(cfg):
+            if tp != 1 and not getattr(self, "simulates_tp", False):
+                raise InputError(path, f"tp_{x}", "the simulator does not model TP pools yet",
+                                 f"set tp_{x}: 1")
         if ev.recipe.workload.arrival.process == "closed":
             raise InputError(ev.recipe.path, "workload.arrival.process",
                              f"closed-loop arrivals are not simulated for {self.name}",
@@ -76,29 +108,57 @@ class EncodePrefillDecode(Architecture):
         return float(cfg.n_D)
 
     def decode_timing(self, ev: Evaluation, cfg: Any) -> tuple[DecodeSpec, float]:
-        return ev.profile.decode, ev.profile.memory.kv_capacity_tokens()
+        prof = ev.profile.for_tp(cfg.tp_D)
+        return prof.decode, prof.memory.kv_capacity_tokens()
 
     # -- pruning ---------------------------------------------------------------------------
     def memory_ok(self, b: Bounds, cfg: Any) -> bool:
-        if b.max_reserve > b.kv_cap:
+        bE, bD = b.at_tp(cfg.tp_E), b.at_tp(cfg.tp_D)
+        if bE is None or bD is None or (cfg.n_P and b.at_tp(cfg.tp_P) is None):
+            return False  # a TP degree the profile lacks
+        if bD.max_reserve > bD.kv_cap:
             return False  # some request can never be decoded
-        return not (self.local_prefill(cfg) and not b.local_fits)
+        return not (self.local_prefill(cfg) and not bE.local_fits)
+
+    def prefill_paths(self, cfg: Any) -> list[int]:
+        """The TP degrees prefills run at: local (tp_E) when s < 1, remote (tp_P) when s > 0."""
+        s = self.remote_share(cfg)
+        return sorted(({cfg.tp_E} if s < 1 else set()) | ({cfg.tp_P} if s > 0 else set()))
 
     def zero_load_ok(self, b: Bounds, cfg: Any) -> bool:
-        return b.zero_load_whole_gpu
+        """TTFT ≥ encode alone + prefill alone on the fastest prefill path the config uses;
+        TPOT ≥ one decode step alone at tp_D."""
+        paths = self.prefill_paths(cfg)
+        key = ("pools", tuple(paths), cfg.tp_D)
+        if paths == [cfg.tp_D] == [b.profile.tp]:
+            return b.lb_ok_cached(key, b.ttft_lb, b.tpot_lb)
+
+        def ttft() -> np.ndarray:
+            lbs = [b.at_tp(t).ttft_lb for t in paths]  # type: ignore[union-attr]
+            return lbs[0] if len(lbs) == 1 else np.minimum(*lbs)
+
+        return b.lb_ok_cached(key, ttft, lambda: b.at_tp(cfg.tp_D).tpot_lb)  # type: ignore
 
     def stages(self, b: Bounds, cfg: Any) -> dict[str, float]:
+        """Per pool, from the profile at that pool's TP degree: encode (compute, grows with
+        the batch), prefill split by s between local (encode instances) and remote, decode
+        (memory- and step-bound), network (the KV senders' ports; every GPU of a sending
+        instance sends its shard over its own port)."""
         inf = float("inf")
-        enc_per_req = b.mm_share * b.profile.encode.fixed_s / self.batch(cfg) + b.enc_work_var
+        bE, bP, bD = b.at_tp(cfg.tp_E), b.at_tp(cfg.tp_P), b.at_tp(cfg.tp_D)
+        enc_per_req = bE.mm_share * bE.profile.encode.fixed_s / self.batch(cfg) + bE.enc_work_var
         st = {"encode": cfg.n_E / enc_per_req if enc_per_req > 0 else inf}
         s = self.remote_share(cfg)
-        w = b.prefill_work
-        remote = cfg.n_P / (s * w) if s > 0 else inf
-        local = cfg.n_E / ((1 - s) * w) if s < 1 else inf
+        remote = cfg.n_P / (s * bP.prefill_work) if s > 0 else inf
+        local = cfg.n_E / ((1 - s) * bE.prefill_work) if s < 1 else inf
         st["prefill"] = min(remote, local)
-        st["decode"] = cfg.n_D * min(b.decode_per_gpu, b.decode_kv_per_gpu)
-        senders = cfg.n_P + (cfg.n_E if s < 1 else 0)
-        st["network"] = senders * b.port_bw / b.kv_bytes if b.kv_bytes > 0 else inf
+        st["decode"] = cfg.n_D * min(bD.decode_per_gpu, bD.decode_kv_per_gpu)
+        if cfg.tp_E == cfg.tp_P == 1 or b.kv_bytes <= 0:  # as one pool of whole-GPU senders
+            senders = cfg.n_P + (cfg.n_E if s < 1 else 0)
+            st["network"] = senders * b.port_bw / b.kv_bytes if b.kv_bytes > 0 else inf
+        else:
+            st["network"] = ((cfg.n_P * bP.port_bw / bP.kv_bytes if s > 0 else 0.0)
+                             + (cfg.n_E * bE.port_bw / bE.kv_bytes if s < 1 else 0.0))
         return st
 
     def batch_knobs(self) -> tuple[str, ...]:
@@ -108,9 +168,8 @@ class EncodePrefillDecode(Architecture):
     def equivalent_key(self, b: Bounds, cfg: Any) -> tuple | None:
         if b.mm_share > 0.0:
             return None
-        from hastune.space import config_key
-
-        return tuple((k, v) for k, v in config_key(cfg) if k not in self.batch_knobs())
+        knobs = cfg.model_dump(exclude={"kind", "name", *self.batch_knobs()})
+        return tuple(sorted(knobs.items()))
 
     # -- the engine ------------------------------------------------------------------------
     def engine_workers(self, cfg: Any) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from hastune.archs.epd_family import EncodePrefillDecode, PoolsConfig
+from hastune.archs.epd_family import EncodePrefillDecode, PoolsConfig, pool_tp
 
 
 class EPDStaticConfig(PoolsConfig):
@@ -21,6 +21,9 @@ class EPDStaticConfig(PoolsConfig):
     n_E: int = Field(ge=1)
     n_P: int = Field(ge=1)
     n_D: int = Field(ge=1)
+    tp_E: int = pool_tp("encode")
+    tp_P: int = pool_tp("remote prefill")
+    tp_D: int = pool_tp("decode")
     batch: int = Field(default=4, ge=1, le=256)
     timeout_ms: float = Field(default=20.0, ge=0.0)
 
