@@ -14,7 +14,7 @@ from itertools import count
 import numpy as np
 
 from hastune.runs import RunResult, latencies
-from hastune.sim.events import PRIO_ARRIVE
+from hastune.sim.events import PRIO_ARRIVE, SimulationError
 from hastune.workload import RequestSet
 
 # Event kind of an arrival that comes through the heap (a closed-loop client's next request,
@@ -146,10 +146,13 @@ class EventLoop:
     event's priority is PRIO_ARRIVE or later. Closed-loop arrivals after those come through the
     heap as ARRIVE events (`finished`).
 
-    `closed`: whether requests come from closed-loop clients. Simulators push onto `heap` with
-    `next(seq)` directly (no check that t ≥ now). After the loop, `t` is the time of the last
-    thing that happened and `popped` the heap events taken; during it, `arrived` counts the
-    pre-computed arrivals seen so far."""
+    Same-time heap events come out by priority, then in push order. Simulators push onto `heap`
+    with `next(seq)` directly (heappush, no method call in the hot loop); an event earlier than
+    the time already reached raises SimulationError when it is popped (time never goes back).
+
+    `closed`: whether requests come from closed-loop clients. After the loop, `t` is the time
+    of the last thing that happened and `popped` the heap events taken; during it, `arrived`
+    counts the pre-computed arrivals seen so far."""
 
     __slots__ = ("heap", "seq", "arr", "n_open", "feed", "closed", "arrived", "t", "popped",
                  "watcher", "stopped")
@@ -219,6 +222,9 @@ class EventLoop:
                         self.arrived = i
                         continue
                 heappop(heap)  # ev
+                if ev[0] < t:
+                    raise SimulationError(f"event kind {ev[3]} at t={ev[0]!r} is earlier than "
+                                          f"now={t!r}: a simulator scheduled it in the past")
                 popped += 1
                 t = ev[0]
                 yield ev

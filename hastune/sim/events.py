@@ -1,49 +1,21 @@
-"""The discrete-event core: a heap of (time, priority, sequence, kind, a, b).
+"""The discrete-event core's constants: the heap of every simulator holds
+(time, priority, sequence, kind, a, b) tuples (hastune.sim.common.EventLoop runs it).
 
-The sequence counter belongs to the queue instance, so same-time, same-priority events run in
-the order they were scheduled and separate runs never share state. Scheduling in the past is an
-error, never silently fixed.
+At one instant events run by priority, then in the order they were pushed (the loop's own
+sequence counter, so separate runs never share state). An event earlier than the loop's
+current time is an error (`SimulationError` when it is popped), never silently reordered.
 """
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
-from itertools import count
-
 # Same-time order: work that frees a resource finishes before new work is admitted, and timers
-# (batch deadlines) fire last, after every arrival of that instant has been seen.
+# (batch deadlines) fire last, after every arrival of that instant has been seen. A request
+# set's arrivals (EventLoop) come before every heap event of their instant whose priority is
+# PRIO_ARRIVE or later.
 PRIO_DONE = 0
 PRIO_ARRIVE = 1
 PRIO_TIMER = 2
 
 
-class EventQueue:
-    __slots__ = ("heap", "seq", "now", "popped")
-
-    def __init__(self) -> None:
-        self.heap: list[tuple] = []
-        # Hot loops may push `(t, prio, next(q.seq), kind, a, b)` with heapq directly; they
-        # must then only schedule at t ≥ now (durations are validated ≥ 0 at their source).
-        self.seq = count()
-        self.now = 0.0
-        self.popped = 0
-
-    def push(self, t: float, prio: int, kind: int, a: object = None, b: object = None) -> None:
-        if t < self.now:
-            raise ValueError(f"event scheduled in the past: t={t} < now={self.now}")
-        heappush(self.heap, (t, prio, next(self.seq), kind, a, b))
-
-    def pop(self) -> tuple:
-        ev = heappop(self.heap)
-        self.now = ev[0]
-        self.popped += 1
-        return ev
-
-    def peek_key(self) -> tuple[float, int] | None:
-        if not self.heap:
-            return None
-        top = self.heap[0]
-        return top[0], top[1]
-
-    def __len__(self) -> int:
-        return len(self.heap)
+class SimulationError(RuntimeError):
+    """The event core found a simulator bug (an event scheduled in the past)."""

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappush
 
 import numpy as np
 import pytest
 
 from hastune.profile import DecodeSpec
+from hastune.sim.common import EventLoop
 from hastune.sim.decode import DecodeWorker
-from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, EventQueue
+from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE
+from hastune.workload import RequestSet
 
 SPEC = DecodeSpec(fixed_s=0.02, per_seq_s=1e-4, per_context_token_s=2e-7, max_batch=16)
+_EMPTY = np.zeros(0, dtype=np.int64)
+NO_REQUESTS = RequestSet(np.zeros(0), _EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, seed=0)
 
 
 def step_by_step(spec, cap, arrivals):
@@ -52,14 +57,16 @@ def step_by_step(spec, cap, arrivals):
 
 
 def closed_form(spec, cap, arrivals):
+    """The worker driven as the simulators drive it: events on an EventLoop's heap (which
+    also checks the worker never schedules a wake-up in the past)."""
     w = DecodeWorker(spec, cap, gpu=0)
-    q = EventQueue()
+    loop = EventLoop(NO_REQUESTS, 1.0, closed_loop=False)
+    heap, seq = loop.heap, loop.seq
     for t, req, ctx0, out in arrivals:
-        q.push(t, PRIO_ARRIVE, 1, req, (ctx0, out))
+        heappush(heap, (t, PRIO_ARRIVE, next(seq), 1, req, (ctx0, out)))
     t_last = [float("nan")] * (max(a[1] for a in arrivals) + 1)
     rejected: list[int] = []
-    while len(q):
-        t, _, _, kind, a, b = q.pop()
+    for t, _, _, kind, a, b in loop.events(lambda r, t: None):
         if kind == 1:
             nxt = w.add(a, b[0], b[1], t)
         elif b == w.version:
@@ -67,7 +74,7 @@ def closed_form(spec, cap, arrivals):
         else:
             continue
         if nxt is not None:
-            q.push(nxt[0], PRIO_DONE, 2, None, w.version)
+            heappush(heap, (nxt[0], PRIO_DONE, next(seq), 2, None, w.version))
     return {r: x for r, x in enumerate(t_last)}, w
 
 
