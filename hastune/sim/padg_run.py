@@ -181,13 +181,20 @@ class PaDGRun:
     def pump(self, m: Macro, t: float) -> None:
         """Offer the macro-instance's waiting requests, oldest first."""
         q = m.queue
-        insts, passes, admit = self.insts, self.passes, self.admit
+        insts, refusal, admit = self.insts, self.refusal, self.admit
+        est, need, refused = self.est, self.need, self.refused
         rolling = m.rolling
         while q:
             r = q[0]
-            for k in rolling.candidates():
+            est_r, need_r = est[r], need[r]
+            # rolling.candidates() as two slices (the same order: members from the cursor
+            # on, each once; tests/sim/test_padg.py checks), without a generator per offer
+            c = rolling.cursor
+            for k in rolling.members[c:] + rolling.members[:c]:
                 x = insts[k]
-                if passes(x, r, t):
+                why = refusal(x, est_r, need_r, t)
+                refused[why] += 1
+                if why == 0:
                     admit(x, r, t)
                     rolling.took(k)
                     q.popleft()
@@ -206,10 +213,13 @@ class PaDGRun:
                 return
         m.blocked_since = None
 
-    def passes(self, x: Inst, r: int, t: float) -> bool:
-        """Admission's three checks for request r on instance x at t (counted when refused)."""
+    def refusal(self, x: Inst, est_r: float, need_r: float, t: float) -> int:
+        """Admission's three checks at t on instance x for a request whose prefill is
+        profiled at est_r seconds and whose KV needs need_r tokens: 0 if it passes, else the
+        number of the check that refuses it."""
         d = x.dec
-        if x.phase == PREFILL:
+        phase = x.phase
+        if phase == PREFILL:
             window = t - x.win_start
             left = x.last_done - t
             pending = x.pending_s + (left if left > 0.0 else 0.0)
@@ -218,7 +228,7 @@ class PaDGRun:
         else:
             pending = x.pending_s
             if d.n > 0:
-                if x.phase == SWITCHING:
+                if phase == SWITCHING:
                     tb, sb = x.ev_t, x.target
                 else:
                     tb, sb = d.boundary(t)
@@ -228,18 +238,16 @@ class PaDGRun:
                 saved, window = math.inf, 0.0
             empty = pending == 0.0
         seats = x.seats - d.n - len(x.win) - len(x.queue)
-        why = self.check(window, pending, self.est[r], saved, x.cap - d.reserved - x.kv_other,
-                         self.need[r], seats, empty)
-        self.refused[why] += 1
-        return why == 0
+        return self.check(window, pending, est_r, saved, x.cap - d.reserved - x.kv_other, need_r,
+                          seats, empty)
 
     def next_chance(self, m: Macro, r: int, t: float) -> float:
         """The first decode boundary at which some member's saved TPOT covers r's prefill."""
         best = math.inf
         need_s = self.est[r]
-        slo = self.tpot_slo
+        slo, insts = self.tpot_slo, self.insts
         for k in m.rolling.members:
-            x = self.insts[k]
+            x = insts[k]
             if x.phase == DECODE and x.slack.n:
                 w = x.dec.first_boundary_where(slo, x.slack.stat_key(), need_s, t)
                 if w < best:

@@ -149,3 +149,18 @@ def test_estimates_are_the_per_request_floats(audio_recipe, pp):
     assert enc == want_enc
     assert est == [e + tm.prefill_stage(n, n * n) for e, n in zip(want_enc, L)]
     assert need == [n + o for n, o in zip(L, out)]
+
+
+def test_pump_offers_in_the_rolling_order():
+    """padg's macro scheduler walks RollingActivation's candidates as two slices of the
+    members: the same order for every cursor (one past the end included) and after removals."""
+    from hastune.policies import RollingActivation
+
+    ra = RollingActivation([4, 7, 1, 3, 0])
+    for gone in (7, 0, None):
+        for cursor in range(len(ra.members) + 1):
+            ra.cursor = cursor
+            c = ra.cursor
+            assert ra.members[c:] + ra.members[:c] == list(ra.candidates())
+        if gone is not None:
+            ra.remove(gone)
