@@ -11,6 +11,8 @@ over `hastune.sim.links.DuplexNetwork` (both GPUs' ports inside a node, both nod
 between nodes, FIFO contention). TTFT ends when the KV has arrived (EcoServe's definition: the first
 token is only useful once decoding can continue), so it includes the transfer; the wait for a
 decode slot and memory counts against TPOT. Decoding: continuous batching, closed form.
+
+One run's state is a FuDGRun; each kind of event has a short handler method.
 """
 
 from __future__ import annotations
@@ -127,9 +129,8 @@ class FuDGRun:
 
     def events(self) -> None:
         """Run to the end: every event goes to its handler."""
-        woke, kv_arrived, prefilled, start = self.woke, self.kv_arrived, self.prefilled, \
-            self.start
-        busy, dws = self.p_stage_busy, self.dws
+        woke, kv_arrived, prefilled = self.woke, self.kv_arrived, self.prefilled
+        start, busy, dws = self.start, self.p_stage_busy, self.dws
         for t, _, _, kind, a, b in self.loop.events(self.arrive):
             if kind == DEC_WAKE:
                 if b == dws[a].version:  # else re-planned since

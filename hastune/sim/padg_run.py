@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from heapq import heappush
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from hastune.sim.padg_state import (
 )
 from hastune.workload import RequestSet
 
+if TYPE_CHECKING:
+    from hastune.sim.padg import PaDGSimulator
+
 
 def estimates(reqs: RequestSet, tm: InstanceTiming) -> tuple[list[float], list[float], list]:
     """Per request: its inline encode time, the profiled encode + prefill time that admission
@@ -51,7 +55,7 @@ def estimates(reqs: RequestSet, tm: InstanceTiming) -> tuple[list[float], list[f
 class PaDGRun:
     """The state of one padg run; `events()` runs it, `scaler` is set when mitosis is on."""
 
-    def __init__(self, sim, reqs: RequestSet, rate: float):
+    def __init__(self, sim: PaDGSimulator, reqs: RequestSet, rate: float):
         cfg, slo = sim.config, sim.slo
         self.cfg = cfg
         self.tpot_slo = slo.tpot_s
@@ -116,6 +120,7 @@ class PaDGRun:
                 self.scaler.ready(x, b, t)  # type: ignore[union-attr]
 
     def arrive(self, r: int, t: float) -> None:
+        """Request r joins a macro-instance's queue (rejected if it can never fit)."""
         if self.need[r] > self.cap:
             self.rejected.append(r)
             self.t_first[r] = self.t_last[r] = math.inf
