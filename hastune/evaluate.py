@@ -19,6 +19,7 @@ from hastune.runs import RunResult
 from hastune.sim import Simulator
 from hastune.sim.common import StopRule
 from hastune.sim.instance import InstanceTiming
+from hastune.space import SearchSpace
 from hastune.stability import Stability, stopped, unjudged
 from hastune.workload import RequestSet, sample_requests
 
@@ -151,6 +152,26 @@ class Evaluation:
                              f"recipe's budget cluster.gpus is {cluster.gpus}",
                              "use fewer GPUs in the config or raise cluster.gpus in the recipe")
         arch.check(self, config, config_path)
+
+    def check_space(self, space: SearchSpace, space_path: str | Path | None = None) -> None:
+        """Refuse a search space none of whose configurations this recipe can run (e.g. one
+        GPU per worker for a model whose profile needs TP groups), with the first config's
+        reason and where to look."""
+        first: InputError | None = None
+        for cfg in space.configs(self.recipe.cluster.gpus):
+            try:
+                self.check(cfg)
+                return
+            except InputError as exc:
+                first = first or exc
+        where = f"search space {space_path}" if space_path else f"{space.architecture} space"
+        problem = (f"no configuration of the {where} can run here" + (
+            f": {first.field + ': ' if first.field else ''}{first.problem}" if first else
+            " (it lists none within cluster.gpus)"))
+        raise InputError(self.recipe.path, "search_space", problem,
+                         (first.fix + ", in a search space of your own (search_space: in the "
+                          "recipe; examples/spaces/ has some)") if first and first.fix else
+                         "give search_space: a space whose configurations fit")
 
     def instance_timing(self, tp: int, pp: int = 1) -> InstanceTiming:
         """Latencies and KV capacity of one model instance of tp × pp GPUs."""

@@ -35,7 +35,7 @@ from hastune.errors import InputError
 from hastune.profile import Profile
 from hastune.recipe import Recipe
 from hastune.sim.instance import InstanceTiming
-from hastune.space import SearchSpace
+from hastune.space import SearchSpace, config_key
 from hastune.workload import RequestSet
 
 Config = AnyConfig
@@ -289,6 +289,7 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
     total = 0
     cands: list[Candidate] = []
     seen_equiv: set[tuple] = set()
+    seen: set[tuple] = set()
     for raw in _raw_combos(space, recipe.cluster.gpus):
         total += 1
         try:
@@ -296,6 +297,11 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
         except InputError:
             removed["structural"] += 1
             continue
+        ident = config_key(cfg)
+        if ident in seen:  # another combination normalised to this config
+            removed["equivalent"] += 1
+            continue
+        seen.add(ident)
         if runnable is not None and not runnable(cfg):
             removed["engine"] += 1
             continue

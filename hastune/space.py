@@ -45,6 +45,7 @@ class SearchSpace(BaseModel):
     architecture: str
     budget: Literal["exact", "at_most"] = "exact"
     params: dict[str, IntRange | list[Any]]
+    source: str | None = Field(default=None, exclude=True)  # the file it was read from
 
     @field_validator("architecture")
     @classmethod
@@ -124,16 +125,23 @@ class SearchSpace(BaseModel):
             yield combo
 
     def configs(self, budget: int) -> Iterator[AnyConfig]:
-        """Every valid configuration (structurally invalid combinations are skipped)."""
+        """Every valid configuration, once (structurally invalid combinations are skipped, and
+        combinations a config normalises to one — a pool's TP degree without the pool — give
+        it once)."""
         others = self.other_knobs()
+        seen: set[tuple] = set()
         for alloc in self.allocations(budget):
             base = dict(zip(self.gpu_knobs(), alloc))
             for values in itertools.product(*(self.choices(k) for k in others)):
                 d = {"architecture": self.architecture, **base, **dict(zip(others, values))}
                 try:
-                    yield parse_config(d)
+                    cfg = parse_config(d)
                 except InputError:
                     continue  # e.g. s > 0 with n_P = 0
+                key = config_key(cfg)
+                if key not in seen:
+                    seen.add(key)
+                    yield cfg
 
     def size(self, budget: int) -> int:
         return sum(1 for _ in self.configs(budget))
@@ -147,9 +155,10 @@ def config_key(cfg: AnyConfig) -> tuple:
 def load_space(path: str | Path) -> SearchSpace:
     data = read_yaml_mapping(path, "search space")
     try:
-        return SearchSpace.model_validate(data)
+        space = SearchSpace.model_validate(data)
     except ValidationError as exc:
         raise from_pydantic(path, exc) from None
+    return space.model_copy(update={"source": str(Path(path).resolve())})
 
 
 def space_for(architecture: str, recipe_path: str | None = None,

@@ -166,7 +166,7 @@ def test_multi_gpu_profile_is_refused_for_epd(tmp_path):
     r = subprocess.run([sys.executable, "-m", "hastune", "validate", str(p)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "qwen2-72b.yaml" in r.stderr and "tp" in r.stderr and "Fix:" in r.stderr
+    assert "qwen2-72b" in r.stderr and "tp_E" in r.stderr and "Fix:" in r.stderr
 
 
 def test_input_error_survives_a_process_boundary():

@@ -36,12 +36,14 @@ class PoolsConfig(ConfigBase):
 
     gpu_terms = (("tp_E", "n_E"), ("tp_P", "n_P"), ("tp_D", "n_D"))
 
-    @model_validator(mode="after")
-    def _unused_pool_tp(self) -> PoolsConfig:
-        if getattr(self, "n_P", 1) == 0 and getattr(self, "tp_P", 1) != 1:
-            raise ValueError(f"tp_P = {self.tp_P} sizes a remote prefill pool but n_P = 0. "  # type: ignore[attr-defined]
-                             "Fix: leave tp_P at 1, or give n_P ≥ 1")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _unused_pool_tp(cls, data: Any) -> Any:
+        # without a remote pool its TP degree means nothing: one value (1), so configs that
+        # differ only there are one config
+        if isinstance(data, dict) and data.get("n_P") == 0 and data.get("tp_P", 1) != 1:
+            data = {**data, "tp_P": 1}
+        return data
 
 
 class EncodePrefillDecode(Architecture):
@@ -94,10 +96,6 @@ class EncodePrefillDecode(Architecture):
             if prof.for_tp(tp).memory.kv_capacity_tokens() <= 0:
                 raise InputError(path, f"tp_{x}", f"the model's weights leave no room for KV "
                                  f"cache at tp = {tp}", f"raise tp_{x}")
-        for x, _, tp in self.pools(cfg):
-            if tp != 1 and not getattr(self, "simulates_tp", False):
-                raise InputError(path, f"tp_{x}", "the simulator does not model TP pools yet",
-                                 f"set tp_{x}: 1")
         if ev.recipe.workload.arrival.process == "closed":
             raise InputError(ev.recipe.path, "workload.arrival.process",
                              f"closed-loop arrivals are not simulated for {self.name}",
@@ -172,6 +170,15 @@ class EncodePrefillDecode(Architecture):
         return tuple(sorted(knobs.items()))
 
     # -- the engine ------------------------------------------------------------------------
+    def engine_check(self, cfg: Any, path: Any = None) -> None:
+        super().engine_check(cfg, path)
+        for x, _, tp in self.pools(cfg):
+            if tp != 1:
+                raise InputError(path, f"tp_{x}", f"the engine runs every {self.name} worker as "
+                                 f"one process on one device and cannot split a model "
+                                 f"(tp_{x} = {tp})", f"set tp_{x}: 1, or evaluate TP pools "
+                                 "with the simulator (--evaluator sim)")
+
     def engine_workers(self, cfg: Any) -> list[tuple[str, str]]:
         return ([(f"E{i}", "encode") for i in range(cfg.n_E)]
                 + [(f"P{i}", "prefill") for i in range(cfg.n_P)]

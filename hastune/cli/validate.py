@@ -47,8 +47,14 @@ def validate_file(path: Path) -> tuple[str, str]:
         return kind, f"{prof.model} on {prof.gpu} ({prof.source.split(':')[0]})"
     from hastune.evaluate import Evaluation
 
+    from hastune.space import space_for
+
     rec = load_recipe(path)
-    ev = Evaluation(rec, requests=min(rec.workload.requests, 200))  # profile, trace, tp checks
+    ev = Evaluation(rec, requests=min(rec.workload.requests, 200))  # profile, trace checks
+    for arch in rec.architectures:  # each space exists and holds something this can run
+        space = space_for(arch, str(path), rec.search_space)
+        own = rec.search_space and space.source == str(rec.resolve(rec.search_space))
+        ev.check_space(space, rec.search_space if own else f"search_spaces/{arch}.yaml")
     return kind, (f"{rec.model} on {rec.cluster.gpus}× {rec.cluster.gpu}, profile "
                   f"{ev.profile.name}, {len(ev.requests)} sample requests ok")
 

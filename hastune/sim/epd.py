@@ -39,19 +39,37 @@ from hastune.workload import RequestSet
 
 @dataclass(frozen=True)
 class PoolTiming:
-    """What times each pool's work: the profile's specs, one per pool, so that a pool can be
-    timed differently from the others (its own parallelism, say)."""
+    """What times each pool's work: the profile at each pool's TP degree (latencies with the
+    all-reduce inside, memory per GPU), and how the KV cache travels to decode.
+
+    A TP group of tp GPUs holds 1/tp of every token's KV on each GPU; its shards go to the
+    decode group's GPUs in parallel, over min(tp_src, tp_D) links at once, so a transfer is
+    timed as one link carrying total / links bytes. The encoder of an encode instance runs as
+    on one GPU (the profile's encode latency); the instance's local prefill, a TP group whose
+    ranks wait for each other, gets 1 − f of every GPU while the encoder holds share f."""
 
     encode: EncodeSpec
     local_prefill: PrefillSpec
     remote_prefill: PrefillSpec
     decode: DecodeSpec
-    decode_kv_tokens: int  # KV tokens one decode worker holds
+    decode_kv_tokens: int  # KV tokens one decode instance holds
+    tp: tuple[int, int, int] = (1, 1, 1)        # GPUs per encode, prefill, decode instance
+    kv_local: tuple[float, int] = (0.0, 1)      # (bytes per token per link, links), E → D
+    kv_remote: tuple[float, int] = (0.0, 1)     # the same, P → D
 
     @classmethod
-    def of(cls, profile: Profile) -> PoolTiming:
-        return cls(profile.encode, profile.prefill, profile.prefill, profile.decode,
-                   profile.memory.kv_capacity_tokens())
+    def of(cls, profile: Profile, cfg: AnyConfig) -> PoolTiming:
+        tp_E, tp_P, tp_D = cfg.tp_E, cfg.tp_P, cfg.tp_D  # type: ignore[attr-defined]
+        pe, pd = profile.for_tp(tp_E), profile.for_tp(tp_D)
+        pp = profile.for_tp(tp_P) if cfg.n_P else pe  # type: ignore[attr-defined]
+
+        def kv(src: Profile, tp: int) -> tuple[float, int]:
+            links = min(tp, tp_D)
+            return src.memory.kv_bytes_per_token * tp / links, links
+
+        return cls(pe.encode, pe.prefill, pp.prefill, pd.decode,
+                   pd.memory.kv_capacity_tokens(), (tp_E, tp_P, tp_D), kv(pe, tp_E),
+                   kv(pp, tp_P))
 
 
 class EPDDecode(DecodeWorker):
@@ -98,7 +116,7 @@ class EPDSimulator:
         self.cluster = cluster
         self.config = config
         self.warmup = warmup
-        self.timing = PoolTiming.of(profile)
+        self.timing = PoolTiming.of(profile, config)
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()
@@ -112,7 +130,7 @@ class _EPDRun:
     """The state of one run and its event handlers."""
 
     __slots__ = ("sim", "rate", "loop", "heap", "seq", "pre_tok", "enc_tok", "out_tok",
-                 "llm_tok", "t_first", "t_last", "rejected", "net", "emb_bytes", "kv_bytes",
+                 "llm_tok", "t_first", "t_last", "rejected", "net", "emb_bytes",
                  "enc", "router", "local", "remote", "dws", "dws_rest", "rr", "rr_text",
                  "text_at_encode", "on_enc_done", "on_timer", "on_pf_arrive", "on_pf_done")
 
@@ -127,24 +145,30 @@ class _EPDRun:
         loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok)
         self.llm_tok = reqs.llm_tokens.tolist()
         n_E, n_P, n_D = cfg.n_E, cfg.n_P, cfg.n_D
-        self.net = Network(sim.cluster, n_E + n_P + n_D)
+        tp_E, tp_P, tp_D = tm.tp
+        # GPUs in order: encode instances, remote prefill instances, decode instances; an
+        # instance is known by its first GPU
+        first_P, first_D = n_E * tp_E, n_E * tp_E + n_P * tp_P
+        self.net = Network(sim.cluster, cfg.gpus)
         self.emb_bytes = prof.embedding_bytes_per_token
-        self.kv_bytes = prof.memory.kv_bytes_per_token
         mm_share = float((reqs.encoder_tokens > 0).mean()) if n else 0.0
         pols = [policies_for(cfg, rate * mm_share, tm.encode.curve_for) for _ in range(n_E)]
         # one deficit counter for the whole pool (the engine keeps one per encode worker:
         # with round-robin arrivals the shares agree within n_E requests)
         self.router = pols[0].router
-        self.local = [PrefillWorker(tm.local_prefill, e, share=1.0)
+        self.local = [PrefillWorker(tm.local_prefill, e * tp_E, share=1.0)
                       for e, p in enumerate(pols) if p.local_prefill]
-        self.remote = [PrefillWorker(tm.remote_prefill, n_E + j) for j in range(n_P)]
+        self.remote = [PrefillWorker(tm.remote_prefill, first_P + j * tp_P) for j in range(n_P)]
+        for ws, kv in ((self.local, tm.kv_local), (self.remote, tm.kv_remote)):
+            for w in ws:
+                w.kv_bytes, w.kv_links = kv
         # text-only requests: through an encode GPU (its local prefill may take them), or,
         # without local prefill, from the frontend straight to the remote pool
         self.text_at_encode = pols[0].local_prefill
-        self.enc = [EncodeWorker(tm.encode, e, p.batcher, p.partitioner,
+        self.enc = [EncodeWorker(tm.encode, e * tp_E, p.batcher, p.partitioner,
                                  self.local[e] if p.local_prefill else None)
                     for e, p in enumerate(pols)]
-        self.dws = [EPDDecode(tm.decode, tm.decode_kv_tokens, n_E + n_P + k, self)
+        self.dws = [EPDDecode(tm.decode, tm.decode_kv_tokens, first_D + k * tp_D, self)
                     for k in range(n_D)]
         self.dws_rest = self.dws[1:]
         self.rr = self.rr_text = 0
@@ -259,7 +283,8 @@ class _EPDRun:
             heappush(heap, (w.due, PRIO_DONE, next(seq), self.on_pf_done, w, ver))
             return
         pre_tok, out_tok, t_first = self.pre_tok, self.out_tok, self.t_first
-        dws, dws_rest, net, kvb = self.dws, self.dws_rest, self.net, self.kv_bytes
+        dws, dws_rest, net = self.dws, self.dws_rest, self.net
+        kvb, links = w.kv_bytes, w.kv_links
         for r in w.finish(t):
             pre = pre_tok[r]
             w.outstanding -= pre
@@ -276,6 +301,8 @@ class _EPDRun:
                     d, best = x, v
             d.inflight += pre + out
             at = net.transfer(w.gpu, d.gpu, pre * kvb, t)
+            if links > 1:  # the other shards, in parallel on their own links
+                net.bytes_moved += (links - 1) * pre * kvb
             heappush(heap, (at, PRIO_ARRIVE, next(seq), d.on_arrive, r, None))
         ft = w.start(t)
         if ft is not None:
@@ -296,8 +323,10 @@ class _EPDRun:
             "prefill": remote_sm / (n_P * span) if n_P else 0.0,
             "decode": sum(d.busy_s for d in dws) / (n_D * span),
         }
-        util["gpus"] = (util["encode_gpus"] * n_E + util["prefill"] * n_P
-                        + util["decode"] * n_D) / (n_E + n_P + n_D)
+        tp_E, tp_P, tp_D = self.sim.timing.tp  # an instance's GPUs are busy together
+        util["gpus"] = (util["encode_gpus"] * (n_E * tp_E) + util["prefill"] * (n_P * tp_P)
+                        + util["decode"] * (n_D * tp_D)) / (n_E * tp_E + n_P * tp_P
+                                                           + n_D * tp_D)
         nb = sum(e.batches for e in enc)
         router = self.router
         extra = {

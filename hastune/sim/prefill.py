@@ -17,7 +17,7 @@ from hastune.profile import PrefillSpec, interp_curve
 class PrefillWorker:
     __slots__ = ("spec", "gpu", "queue", "batch", "remaining", "rate", "share", "last_t",
                  "version", "outstanding", "sm_busy_s", "curve", "fixed", "per_tok", "per_sq",
-                 "max_tokens", "batches", "_rates", "due", "planned")
+                 "max_tokens", "batches", "_rates", "due", "planned", "kv_bytes", "kv_links")
 
     def __init__(self, spec: PrefillSpec, gpu: int, share: float = 1.0):
         self.spec = spec
@@ -38,6 +38,10 @@ class PrefillWorker:
         self.batches = 0
         self.due = 0.0      # when the running batch will really finish
         self.planned = 0.0  # the time of its live completion event
+        # what its finished prompts send to decode: KV bytes per token over each of
+        # `kv_links` links at once (a TP group's shards travel in parallel)
+        self.kv_bytes = 0.0
+        self.kv_links = 1
 
     def rate_at(self, share: float) -> float:
         """Speed relative to the whole GPU at an SM share (cached: shares repeat)."""

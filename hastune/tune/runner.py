@@ -108,6 +108,8 @@ class Tuner:
         self.ev = evaluator if isinstance(evaluator, Evaluation) else Evaluation(recipe)
         self.spaces = {a: space_for(a, recipe.path, recipe.search_space)
                        for a in recipe.architectures}
+        for space in self.spaces.values():  # before any work: each can run something
+            self.ev.check_space(space, space.source)
         self.pz = Parametrization(self.spaces, recipe.cluster.gpus)
         self.bounds = Bounds(recipe, self.ev.profile, self.ev.requests)
         self.margin = derived_margin(recipe) if opts.margin is None else opts.margin
