@@ -19,8 +19,8 @@ from hastune.errors import InputError  # noqa: E402
 from hastune.recipe import Workload  # noqa: E402
 from hastune.workload import sample_requests  # noqa: E402
 from runners.engine import Engine, EngineOptions  # noqa: E402
-from runners.engine.ray_backend import ActorProcess  # noqa: E402
 from runners.engine.load import jobs_from, to_result  # noqa: E402
+from runners.engine.ray_backend import ActorProcess  # noqa: E402
 
 WORKLOAD = Workload(mix={"image": 0.4, "audio": 0.2, "text": 0.4},
                     modalities={"image": {"scheme": "tokens", "encoder_tokens": 16},
