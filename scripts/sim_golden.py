@@ -20,7 +20,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 EX = ROOT / "examples"
-AUDIO, IMAGE, VIDEO = "audio-ultravox-8xa100.yaml", "image-llava-8xa100.yaml", "video-qwen-8xa100.yaml"
+AUDIO, IMAGE = "audio-ultravox-8xa100.yaml", "image-llava-8xa100.yaml"
+VIDEO = "video-qwen-8xa100.yaml"
 L20, A800, H100 = ("ecoserve/l20-codellama-sharegpt.yaml", "ecoserve/a800-llama-sharegpt.yaml",
                    "ecoserve/h100-qwen-longbench.yaml")
 CLOSED, BURST = "ecoserve/a800-codellama-closed.yaml", "ecoserve/l20-codellama-burst.yaml"

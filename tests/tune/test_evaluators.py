@@ -66,7 +66,8 @@ def test_simulator_goodput_is_deterministic_for_a_seed(audio):
     assert a.goodput(cfg).goodput_rps == b.goodput(cfg).goodput_rps > 0
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), banned=st.sampled_from(["s0", "B1", "nP0"]))
 def test_tuner_evaluates_only_what_its_evaluator_runs(small_recipe, tmp_path_factory, seed,
                                                       banned):
