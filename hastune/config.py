@@ -18,10 +18,16 @@ from hastune.errors import InputError, from_pydantic
 from hastune.yamlio import read_yaml_mapping
 
 AnyConfig = ConfigBase  # any architecture's config (for annotations)
-DeploymentConfig = Annotated[Union[tuple(a.config for a in archs.ARCHITECTURES.values())],
-                             Field(discriminator="architecture")]
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(DeploymentConfig)
-ARCHITECTURES = archs.NAMES
+_ADAPTERS: dict[tuple[str, ...], TypeAdapter[Any]] = {}
+
+
+def _adapter() -> TypeAdapter[Any]:
+    """The discriminated union of the registered architectures' config models."""
+    if archs.NAMES not in _ADAPTERS:
+        models = tuple(a.config for a in archs.ARCHITECTURES.values())
+        union = Annotated[Union[models], Field(discriminator="architecture")]  # type: ignore
+        _ADAPTERS[archs.NAMES] = TypeAdapter(union)
+    return _ADAPTERS[archs.NAMES]
 
 
 def parse_config(data: dict, file: str | Path | None = None) -> ConfigBase:
@@ -30,7 +36,7 @@ def parse_config(data: dict, file: str | Path | None = None) -> ConfigBase:
                          f"add architecture: one of {', '.join(archs.NAMES)}")
     archs.get(data["architecture"], file)
     try:
-        return _ADAPTER.validate_python(data)
+        return _adapter().validate_python(data)
     except ValidationError as exc:
         err = from_pydantic(file, exc)
         # drop pydantic's union tag ('epd.n_E' → 'n_E')

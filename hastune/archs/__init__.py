@@ -22,10 +22,21 @@ MODULES = (
 )
 
 ARCHITECTURES: dict[str, Architecture] = {}
+NAMES: tuple[str, ...] = ()
+
+
+def register(arch: Architecture) -> None:
+    """Add an architecture (what importing a module of MODULES does; a plug-in or a test may
+    call it for one of its own)."""
+    global NAMES
+    if arch.name in ARCHITECTURES and ARCHITECTURES[arch.name] is not arch:
+        raise ValueError(f"architecture {arch.name!r} is registered twice")
+    ARCHITECTURES[arch.name] = arch
+    NAMES = tuple(ARCHITECTURES)
+
+
 for _m in MODULES:
-    _arch: Architecture = importlib.import_module(_m).ARCH
-    ARCHITECTURES[_arch.name] = _arch
-NAMES: tuple[str, ...] = tuple(ARCHITECTURES)
+    register(importlib.import_module(_m).ARCH)
 
 
 def get(name: str, file: object = None, field: str = "architecture") -> Architecture:
@@ -48,4 +59,4 @@ def runnable() -> tuple[str, ...]:
 
 
 __all__ = ["ARCHITECTURES", "NAMES", "Architecture", "ConfigBase", "Parallel", "Shape", "get",
-           "of", "runnable"]
+           "of", "register", "runnable"]

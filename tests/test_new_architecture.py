@@ -1,0 +1,121 @@
+"""What adding an architecture takes: one module, one search space, one registry line.
+
+The module below is written to a temporary package and registered with `archs.register` (the
+line MODULES in hastune/archs/__init__.py would hold); nothing else in hastune changes, and the
+new architecture is parsed, validated in recipes, enumerated from its space, pruned,
+simulated, tuned and refused by the engine like the shipped ones."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+
+import optuna
+import pytest
+import yaml
+
+from hastune import archs
+from hastune.config import parse_config
+from hastune.errors import InputError
+from hastune.evaluate import Evaluation
+from hastune.evaluators import make_evaluator
+from hastune.prune import prune
+from hastune.recipe import load_recipe
+from hastune.space import load_space
+from hastune.tune.runner import TuneOptions, Tuner, evaluated_trials
+from tests.conftest import EXAMPLES, QUICK
+
+MODULE = '''
+"""`whole` — replicas that prefill whole prompts: continuous batching without chunks."""
+
+from typing import Literal
+
+from pydantic import Field
+
+from hastune.archs.base import ConfigBase, Parallel
+from hastune.archs.replicas import Colocated
+
+
+class WholeConfig(ConfigBase, Parallel):
+    gpu_terms = (("tp", "pp", "replicas"),)
+    architecture: Literal["whole"]
+    replicas: int = Field(ge=1, le=1024)
+    chunk_tokens: None = None
+
+
+class Whole(Colocated):
+    name = "whole"
+    config = WholeConfig
+    summary = "replicas that prefill whole prompts"
+    simulator_class = "hastune.sim.nodg:NoDGSimulator"
+    pool_word = "replicas"
+    count_field = "replicas"
+    not_runnable = "it is a demonstration"
+
+
+ARCH = Whole()
+'''
+SPACE = {"architecture": "whole", "budget": "exact",
+         "params": {"tp": [1, 2], "pp": [1], "replicas": {"low": 1}}}
+
+
+@pytest.fixture
+def whole(tmp_path, monkeypatch):
+    pkg = tmp_path / "plugin_archs"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "whole.py").write_text(textwrap.dedent(MODULE))        # one module
+    (tmp_path / "whole.yaml").write_text(yaml.safe_dump(SPACE))   # one search space
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = dict(archs.ARCHITECTURES)
+    archs.register(importlib.import_module("plugin_archs.whole").ARCH)  # one registry line
+    yield tmp_path
+    archs.ARCHITECTURES.clear()
+    archs.ARCHITECTURES.update(before)
+    archs.NAMES = tuple(before)
+    for m in ("plugin_archs.whole", "plugin_archs"):
+        sys.modules.pop(m, None)
+
+
+def _recipe(tmp_path):
+    data = yaml.safe_load((EXAMPLES / "audio-ultravox-8xa100.yaml").read_text())
+    data.update({"architecture": "whole", "search_space": "whole.yaml",
+                 "evaluator": {**QUICK, "max_probes": 30}})
+    data["cluster"]["gpus"] = 4
+    data["workload"]["requests"] = 300
+    p = tmp_path / "recipe.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return load_recipe(p)
+
+
+def test_a_new_architecture_is_one_module_one_space_one_line(whole):
+    rec = _recipe(whole)
+    assert rec.architectures == ["whole"]
+    cfg = parse_config({"architecture": "whole", "tp": 1, "replicas": 4})
+    assert cfg.gpus == 4 and archs.of(cfg).gpu_formula == "tp × pp × replicas"
+    space = load_space(whole / "whole.yaml")
+    assert {c.replicas for c in space.configs(4)} == {4, 2}
+
+    ev = Evaluation(rec)
+    # the same simulator as nodg without chunks: the same goodput
+    nodg = parse_config({"architecture": "nodg", "tp": 1, "replicas": 4, "chunk_tokens": None})
+    assert ev.goodput(cfg).goodput_rps == ev.goodput(nodg).goodput_rps > 0
+
+    rep = prune(rec, ev.profile, ev.requests, space, evaluate=lambda c: ev.goodput(c).goodput_rps)
+    assert rep.kept and all(c.config.architecture == "whole" for c in rep.kept)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    tuner = Tuner(rec, TuneOptions(trials=2, out=str(whole / "out"), storage="memory"))
+    study = tuner.open_study()
+    tuner.work(study)
+    assert {parse_config(yaml.safe_load(t.user_attrs["key"])).architecture
+            for t in evaluated_trials(study)} == {"whole"}
+
+    with pytest.raises(InputError, match="does not run whole"):
+        make_evaluator("real", rec).check(cfg)
+
+
+def test_an_unregistered_architecture_is_refused_by_name(tmp_path):
+    with pytest.raises(InputError, match="unknown architecture 'whole'"):
+        parse_config({"architecture": "whole", "tp": 1, "replicas": 4})
