@@ -72,15 +72,17 @@ class IterationScheduler:
     def admit(self, running: int, running_kv: float) -> int:
         """Give KV and a seat to waiting requests, FIFO, while both allow; how many."""
         waiting, pf = self.waiting, self.prefilling
+        seats, cap, reserved = self.seats, self.kv_cap, self.reserved
         n = 0
         while waiting:
             p = waiting[0]
-            if running + len(pf) >= self.seats or running_kv + self.reserved + p.need > self.kv_cap:
+            if running + len(pf) >= seats or running_kv + reserved + p.need > cap:
                 break
             waiting.popleft()
-            self.reserved += p.need
+            reserved += p.need
             pf.append(p)
             n += 1
+        self.reserved = reserved
         return n
 
     def budget(self, running: int) -> float:

@@ -55,7 +55,8 @@ class _Replica:
     """One replica's state in a run: its decode batch, its scheduler, its pending event."""
 
     __slots__ = ("tm", "dec", "sched", "active", "in_iter", "ver", "ev_t", "target", "decodes",
-                 "busy_since", "busy_s", "iters", "prefill_s", "max_iter", "run", "early")
+                 "busy_since", "busy_s", "iters", "prefill_s", "max_iter", "run", "early",
+                 "early_ver")
 
     def __init__(self, tm: InstanceTiming, kv_cap: int, chunk: int | None):
         self.tm = tm
@@ -74,6 +75,7 @@ class _Replica:
         self.max_iter = 0.0     # longest iteration that carried prefill work
         self.run: tuple | None = None  # the last chunk run, as it started (chunk_run)
         self.early: tuple | None = None  # the last boundary taken ahead, and before (arrive)
+        self.early_ver = -1     # the event planned there
 
 
 class NoDGSimulator:
@@ -157,11 +159,11 @@ class _Run:
             if tb < rp.ev_t:
                 i = self.next_arrival  # nothing else comes first: that boundary, now
                 if self.ahead and not self.closed and (i >= self.n_open or self.arr[i] >= tb):
-                    d = rp.dec
-                    was = (tb, d.steps_run, rp.iters, rp.prefill_s, rp.max_iter)
+                    d = rp.dec  # (for a run stopped before tb: result)
+                    rp.early = (tb, d.steps_run, rp.iters, rp.prefill_s, rp.max_iter)
                     d.advance(tb, sb, self.t_last)  # (before the next finish)
                     self.plan(k, tb)
-                    rp.early = (*was, rp.ver)  # for a run stopped before tb (result)
+                    rp.early_ver = rp.ver
                     return
                 rp.ver += 1
                 rp.ev_t = tb
@@ -327,8 +329,8 @@ class _Run:
                 if rp.in_iter and rp.run is not None and rp.run[-1] == rp.ver:
                     self.unwind(rp, end)
                 e = rp.early
-                if e is not None and e[0] > end and e[-1] == rp.ver:  # stopped at the arrival
-                    rp.dec.steps_run, rp.iters, rp.prefill_s, rp.max_iter = e[1:5]
+                if e is not None and e[0] > end and rp.early_ver == rp.ver:  # at the arrival
+                    rp.dec.steps_run, rp.iters, rp.prefill_s, rp.max_iter = e[1:]
         span = loop.span()
         busy = sum(rp.busy_s + (end - rp.busy_since if rp.active else 0.0) for rp in reps)
         pf_s = sum(rp.prefill_s for rp in reps)
