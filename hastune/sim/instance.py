@@ -28,14 +28,6 @@ from hastune.profile import DecodeSpec, Profile
 from hastune.sim.decode import DecodeWorker
 
 
-def instance_shapes(config) -> list[tuple[str, int, int]]:
-    """(field prefix, tp, pp) of each kind of instance a replica-based config runs."""
-    if config.architecture == "fudg":
-        return [("prefill_", config.prefill_tp, config.prefill_pp),
-                ("decode_", config.decode_tp, config.decode_pp)]
-    return [("", config.tp, config.pp)]
-
-
 class InstanceTiming:
     """Latencies and KV capacity of one instance of tp × pp GPUs starting at `first_gpu`."""
 
