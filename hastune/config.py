@@ -39,7 +39,7 @@ def parse_config(data: dict, file: str | Path | None = None) -> ConfigBase:
         return _adapter().validate_python(data)
     except ValidationError as exc:
         err = from_pydantic(file, exc)
-        # drop pydantic's union tag ('epd.n_E' → 'n_E')
+        # drop pydantic's union tag ('<architecture>.n_E' → 'n_E')
         if err.field and err.field.split(".")[0] in archs.NAMES:
             err = InputError(file, err.field.split(".", 1)[-1] if "." in err.field else None,
                              err.problem, err.fix)

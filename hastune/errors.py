@@ -36,7 +36,8 @@ def _loc_to_field(loc: tuple[Any, ...]) -> str:
         if isinstance(item, int):
             parts.append(f"[{item}]")
         else:
-            # pydantic puts the union tag (e.g. 'epd') in the path of discriminated unions
+            # pydantic puts the union tag (the architecture's name) in the path of
+            # discriminated unions
             parts.append(("." if parts else "") + str(item))
     return "".join(parts)
 

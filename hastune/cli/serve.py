@@ -84,7 +84,7 @@ def serve(
         out.update({"failed": len(run.failed), "failures": {str(k): v for k, v in
                                                             sorted(run.failed.items())},
                     "model": name, "seed": s, "wall_s": run.wall_s, **run.overhead})
-        if run.sm_split:  # epd: encoder / local prefill split per encode worker
+        if run.sm_split:  # encoder / local prefill split per encode worker
             out["sm_split"] = run.sm_split
         if as_json:
             print(dumps(out))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hastune.policies.admission import Admission, SlackTracker
 from hastune.policies.batcher import PoissonGapBatcher, TimeoutBatcher, poisson_gap_kappa
-from hastune.policies.epd import EncodePolicies, epd_policies, policies_for, static_policies
+from hastune.policies.encode import EncodePolicies, epd_policies, policies_for, static_policies
 from hastune.policies.iteration import IterationScheduler, Prompt
 from hastune.policies.mitosis import GROW, HOLD, SHRINK, Mitosis
 from hastune.policies.partitioner import SEED_SM_TABLE, SMPartitioner

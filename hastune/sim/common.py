@@ -245,7 +245,7 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
                  extra: dict[str, float] | None = None, load_stats: bool = True) -> RunResult:
     """The RunResult of a finished `loop`. TTFT = first token − arrival;
     TPOT = (t_last − t_first)/(n_out − 1); rejected → inf. `load_stats`: add throughput_rps and
-    max_in_flight to `extra` (epd does not report them)."""
+    max_in_flight to `extra` (the encode/prefill/decode simulator does not report them)."""
     arr = loop.arr
     n = len(arr)
     span = loop.span()

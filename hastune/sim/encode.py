@@ -1,4 +1,4 @@
-"""An encode GPU of an epd / epd-static run: its micro-batcher, the batches waiting for the
+"""An encode GPU of an encode/prefill/decode run: its micro-batcher, the batches waiting for the
 encoder, the one running, and the timer of the batcher's deadline.
 
 The encoder runs one batch at a time on the SM share the partitioner gives it (the whole GPU

@@ -1,4 +1,5 @@
-"""Discrete-event simulation of `epd` (EAServe) and `epd-static` (Dynamo-like) deployments.
+"""Discrete-event simulation of encode/prefill/decode deployments: EAServe and its static,
+Dynamo-like baseline (hastune/archs/epd.py, epd_static.py).
 
 GPUs are placed in order: encode GPUs 0..n_E−1, remote prefill GPUs next, decode GPUs last,
 `gpus_per_node` to a node. A request's life:
@@ -9,9 +10,9 @@ GPUs are placed in order: encode GPUs 0..n_E−1, remote prefill GPUs next, deco
   → prefill batch done = first token (TTFT) → KV sent P→D → decode worker (continuous
   batching, closed-form steps) → last token (TPOT = (t_last − t_first)/(n_out − 1)).
 
-Text-only requests skip the encoder. `epd-static`: no local prefill, every prefill remote,
+Text-only requests skip the encoder. The static baseline: no local prefill, every prefill remote,
 encode batches on a fixed timeout, the encoder has the whole GPU. Both get their encode
-workers' policies from hastune.policies.epd, as the engine does.
+workers' policies from hastune.policies.encode, as the engine does.
 
 One run is an `_EPDRun`: its state and one short handler per event. Heap entries are
 (time, priority, sequence, handler, a, b); the loop calls handler(time, a, b).
@@ -25,7 +26,7 @@ from heapq import heappush
 
 from hastune.cluster import Cluster
 from hastune.config import AnyConfig
-from hastune.policies.epd import policies_for
+from hastune.policies.encode import policies_for
 from hastune.profile import DecodeSpec, EncodeSpec, PrefillSpec, Profile
 from hastune.runs import RunResult
 from hastune.sim.common import EventLoop, StopRule, build_result, check_gpus, request_lists
@@ -105,7 +106,7 @@ class EPDDecode(DecodeWorker):
 
 
 class EPDSimulator:
-    """Simulates one epd / epd-static deployment; `run(requests, rate)` is deterministic."""
+    """Simulates one encode/prefill/decode deployment; `run(requests, rate)` is deterministic."""
 
     stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
 
@@ -248,7 +249,7 @@ class _EPDRun:
         heap, seq = self.heap, self.seq
         for r in batch:
             pre = pre_tok[r]
-            if remote and router.route():  # epd-static: s = 1, always remote
+            if remote and router.route():  # the static baseline: s = 1, always remote
                 w = remote[0]
                 best = w.outstanding
                 for x in remote:

@@ -1,6 +1,6 @@
 """One full-model instance of tp × pp GPUs: its timing, its memory, and its decode batch.
 
-Shared by the replica-based simulators (`padg`, `nodg`, `fudg`).
+Shared by the simulators of full-model replicas, colocated or fully disaggregated.
 
 Timing comes from the profile at the instance's TP degree (`Profile.for_tp`: the TP
 all-reduce is inside those latencies). Pipeline parallelism is derived from it, with the

@@ -1,11 +1,11 @@
 """Links for the replica-based simulators: `hastune.sim.network.Network` with both ends of a
 transfer busy.
 
-The base model (which epd uses) occupies only the sender's GPU port on an intra-node transfer,
-so one GPU could receive from several senders at once faster than its own link allows. A KV
-cache converging on a decode GPU is exactly that case, so fudg uses this variant: an
-intra-node transfer occupies the sending and the receiving GPU's port; an inter-node one, as
-before, both nodes' NICs.
+The base model (which the encode/prefill/decode simulator uses) occupies only the sender's GPU
+port on an intra-node transfer, so one GPU could receive from several senders at once faster
+than its own link allows. A KV cache converging on a decode GPU is exactly that case, so the
+fully disaggregated simulator uses this variant: an intra-node transfer occupies the sending
+and the receiving GPU's port; an inter-node one, as before, both nodes' NICs.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ GPU counts are integer ranges; with `budget: exact` the last pool takes what is 
 not sampled. Evenly spaced numeric lists (s = 0, 0.25, …) become stepped ranges that samplers can
 order; other lists (B = 1, 2, 4, 8) become categories; single values are fixed. With several
 architectures, an `architecture` parameter chooses, and knob names get the architecture as a
-prefix (`epd.B`), so each keeps its own distribution.
+prefix (`<architecture>.B`), so each keeps its own distribution.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The serving engine: runs a deployment config (epd / epd-static) with a real model.
+"""The serving engine: runs a deployment config (the architectures whose
+module names an engine mode: hastune.archs) with a real model.
 
 Local processes per worker (encode + co-resident local prefill, remote prefill, decode), the
 shared policies of `hastune.policies` for batching and routing, and a frontend that submits

@@ -55,7 +55,7 @@ class EngineOptions:
     max_batch: int = 64            # decode batch cap
     start_timeout_s: float = 180.0
     drain_timeout_s: float = 60.0  # after the last arrival, how long to wait for stragglers
-    ttft_slo_s: float | None = None  # padg's admission checks (default 5 s / 0.1 s)
+    ttft_slo_s: float | None = None  # the windowed mode's admission checks (default 5 s / 0.1 s)
     tpot_slo_s: float | None = None
     backend: str = "local"         # local processes, or ray actors (runners/engine/backend.py)
     ray_address: str | None = None  # the Ray cluster to join (default: a local one)
@@ -71,7 +71,7 @@ class RunRecord:
     failed: dict[int, str] = field(default_factory=dict)
     overhead: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
-    # epd: how each encode worker split its device with its local prefill
+    # disaggregated mode: how each encode worker split its device with its local prefill
     # (runners/engine/partition.py: sm_split "green contexts" | "threads" | "none", shares used)
     sm_split: dict[str, dict] = field(default_factory=dict)
 
@@ -86,7 +86,7 @@ class Engine:
         self.pinned: dict[str, list[int]] = {}  # worker → cores it is pinned to (CPU, local)
         self.inboxes: dict[str, Any] = {}
         self.started = False
-        self.mode: Any = None  # nodg / padg: routes requests and reads what replicas report
+        self.mode: Any = None  # replica modes: routes requests and reads what replicas report
         self.sm_split: dict[str, dict] = {}  # encode worker → its last DevicePartition report
 
     # -- life cycle ---------------------------------------------------------------------
@@ -227,7 +227,7 @@ class Engine:
                 with lock:
                     arrival[index[job.rid]] = job.arrival
                     owner[job.rid] = e
-                if e is None:  # padg: the macro-instance scheduler holds it
+                if e is None:  # windowed mode: the macro-instance scheduler holds it
                     self.mode.hold(job)
                     continue
                 if not self.shared.is_alive(e):

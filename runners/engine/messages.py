@@ -33,6 +33,8 @@ EV_READY = "ready"            # a worker finished loading its model
 EV_STEP = "step"              # decode step timing sample: extra = (model_s, overhead_s, batch)
 EV_SPLIT = "split"            # encode worker: how it splits the device with its local prefill
                               # (extra: runners/engine/partition.py DevicePartition.report())
-# nodg / padg (runners/engine/replica.py)
-EV_PREFILLED = "prefilled"    # padg: a prefill batch ran: extra = (rids, seconds, tokens)
-EV_WINDOW = "window"          # padg: a prefill window closed: extra = (opened, steps, rids)
+# replica modes (runners/engine/replica.py)
+# windowed mode: a prefill batch ran, extra = (rids, seconds, tokens); a prefill window
+# closed, extra = (opened, steps, rids)
+EV_PREFILLED = "prefilled"
+EV_WINDOW = "window"

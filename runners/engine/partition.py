@@ -54,7 +54,7 @@ class DevicePartition:
         else:
             self.kind = NONE
         self.why = why if self.is_cuda and local_prefill else (
-            "" if local_prefill else "no local prefill (epd-static)")
+            "" if local_prefill else "no local prefill (the static baseline)")
         self._lock = threading.Lock()
         self._encoding: tuple[int, int] | None = None  # (encode SMs, prefill SMs) while busy
         self.splits: dict[int, tuple[float, int, int]] = {}  # batch → (share, SMs E, SMs P)

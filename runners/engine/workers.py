@@ -1,8 +1,8 @@
 """Worker processes. Each loads the model once, then serves its inbox until told to stop.
 
-- encode (`E<i>`): micro-batches with the shared Poisson-gap (epd) or timeout (epd-static)
-  batcher, encodes, and routes each prompt with the shared deficit router (both built from the
-  parsed config by hastune.policies.epd, as in the simulator): to its co-resident
+- encode (`E<i>`): micro-batches with the shared Poisson-gap (EAServe) or timeout (the static
+  baseline) batcher, encodes, and routes each prompt with the shared deficit router (both
+  built from the parsed config by hastune.policies.encode, as in the simulator): to its co-resident
   local prefill (a thread of the same process; on CUDA the two get disjoint SM groups through
   green contexts, on CPU they share the cores as threads: runners/engine/partition.py) or to
   the remote prefill worker with the fewest outstanding tokens;
@@ -139,13 +139,13 @@ def prefill_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
 
 
 def encode_policies(opts: dict) -> Any:
-    """The encode worker's batcher, router and partitioner (hastune.policies.epd, as the
+    """The encode worker's batcher, router and partitioner (hastune.policies.encode, as the
     simulator builds them) from the deployment config it was sent: a plain dict, so that any
     backend can ship it, parsed here so that its knobs and defaults are the config's.
     `rate_hint`: the deployment's expected arrival rate (the batcher starts from its share
     per encode worker)."""
     from hastune.config import parse_config
-    from hastune.policies.epd import policies_for
+    from hastune.policies.encode import policies_for
 
     return policies_for(parse_config(opts["config"]), opts["rate_hint"])
 

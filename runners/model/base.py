@@ -135,7 +135,7 @@ class ServingModel(ABC):
         """Whether a new sequence of `tokens` fits in the KV memory now."""
         return True
 
-    # -- chunked prefill (optional: the engine's nodg mode falls back to whole prompts) -------
+    # -- chunked prefill (optional: the engine's continuous mode falls back to whole prompts) --
     def begin_prefill(self, tokens: Sequence[int], embeddings: Any | None = None) -> KVHandle:
         """A handle for a prompt that `prefill_chunk` will run piece by piece; nothing runs
         yet (its `length` is 0)."""

@@ -1,4 +1,4 @@
-"""hastune.policies.epd: the one factory of an EPD encode worker's policies, which the simulator
+"""hastune.policies.encode: the one factory of an EPD encode worker's policies, which the simulator
 and the engine both call, so that the two apply the config's knobs with the config's defaults."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hastune.config import EPDConfig, EPDStaticConfig, config_dict, parse_config
 from hastune.policies import PoissonGapBatcher, TimeoutBatcher, poisson_gap_kappa
-from hastune.policies.epd import epd_policies, policies_for, static_policies
+from hastune.policies.encode import epd_policies, policies_for, static_policies
 from hastune.sim.epd import _EPDRun
 from runners.engine.workers import encode_policies
 

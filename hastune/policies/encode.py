@@ -1,13 +1,13 @@
 """The policies of one encode worker of an EPD deployment, built from its parsed config.
 
-The simulator (hastune.sim.epd) and the engine (runners/engine/workers.py) both build their
+The simulator (hastune/sim/) and the engine (runners/engine/workers.py) both build their
 encode workers' policies here, so the two apply the same knobs with the config's defaults:
 
-- `epd` (EAServe): the Poisson-gap micro-batcher (B, p, max_gap_ms), the deficit router with
-  the config's s, and the SM partitioner (sm_budget) that splits the GPU between the encoder
-  and the co-resident local prefill;
-- `epd-static` (Dynamo-like): the timeout batcher (batch, timeout_ms), every prefill remote
-  (s = 1), no local prefill, so no partitioner.
+- EAServe's encode worker: the Poisson-gap micro-batcher (B, p, max_gap_ms), the deficit
+  router with the config's s, and the SM partitioner (sm_budget) that splits the GPU between
+  the encoder and the co-resident local prefill;
+- the static baseline's (Dynamo-like): the timeout batcher (batch, timeout_ms), every prefill
+  remote (s = 1), no local prefill, so no partitioner.
 
 `policies_for(cfg, …)` picks the builder by the config's type (never by a name string).
 """
@@ -70,7 +70,7 @@ def static_policies(cfg: EPDStaticConfig, encode_rate: float = 1.0,
 
 def policies_for(cfg: EPDConfig | EPDStaticConfig, encode_rate: float = 1.0,
                  curve_for: CurveFor | None = None) -> EncodePolicies:
-    """The encode-worker policies of an `epd` or `epd-static` config."""
+    """The encode-worker policies of a config of the encode/prefill/decode family."""
     from hastune.config import EPDConfig, EPDStaticConfig
 
     if isinstance(cfg, EPDStaticConfig):
