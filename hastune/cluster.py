@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+MAX_GPUS = 100_000  # plausibility bound on a GPU budget (and on GPUs per node)
+
 # Nominal one-direction bandwidths (GB/s) and per-message latencies (µs) of common links.
 LINK_PRESETS: dict[str, tuple[float, float]] = {
     "pcie4": (25.0, 10.0),          # PCIe 4.0 x16, ~25 GB/s achievable
@@ -19,9 +21,10 @@ LINK_PRESETS: dict[str, tuple[float, float]] = {
 
 
 class Link(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    bandwidth_GBps: float = Field(gt=0, description="one-direction bandwidth, GB/s (1e9 bytes/s)")
-    latency_us: float = Field(ge=0, default=5.0)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    bandwidth_GBps: float = Field(ge=1e-6, le=1e6,
+                                  description="one-direction bandwidth, GB/s (1e9 bytes/s)")
+    latency_us: float = Field(ge=0, le=1e8, default=5.0)
 
     def seconds(self, nbytes: float) -> float:
         return self.latency_us * 1e-6 + nbytes / (self.bandwidth_GBps * 1e9)
@@ -40,10 +43,10 @@ def _link(v: object) -> object:
 
 
 class Cluster(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     gpu: str = Field(description="GPU type, e.g. a100-80gb; selects the profile")
-    gpus: int = Field(gt=0, description="GPU budget G")
-    gpus_per_node: int = Field(gt=0, default=8)
+    gpus: int = Field(gt=0, le=MAX_GPUS, strict=True, description="GPU budget G")
+    gpus_per_node: int = Field(gt=0, le=MAX_GPUS, strict=True, default=8)
     intra_node: Link = Field(default_factory=lambda: Link(**_link("pcie4")))  # type: ignore[arg-type]
     inter_node: Link = Field(default_factory=lambda: Link(**_link("25gbe-roce")))  # type: ignore[arg-type]
 

@@ -54,6 +54,7 @@ _FIX_BY_TYPE = {
     "int_from_float": "use a whole number",
     "float_type": "use a number",
     "float_parsing": "use a number",
+    "finite_number": "use a finite number (not .nan or .inf)",
     "bool_type": "use true or false",
     "string_type": "use a string",
     "literal_error": "use {expected}",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from numbers import Integral, Real
 from pathlib import Path
 
 from hastune import archs
@@ -14,7 +15,7 @@ from hastune.config import AnyConfig
 from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.profile import Profile
-from hastune.recipe import Recipe
+from hastune.recipe import MAX_REQUESTS, Recipe
 from hastune.runs import RunResult
 from hastune.sim import Simulator
 from hastune.sim.common import StopRule
@@ -24,6 +25,35 @@ from hastune.stability import Stability, stopped, unjudged
 from hastune.workload import RequestSet, sample_requests
 
 Config = AnyConfig
+
+
+def check_requests(requests: int | None, field: str = "--requests") -> None:
+    """Refuse a request count outside 1..MAX_REQUESTS (None: the recipe's workload.requests;
+    0 is not "the default")."""
+    if requests is None:
+        return
+    if isinstance(requests, bool) or not isinstance(requests, Integral) or not (
+            1 <= requests <= MAX_REQUESTS):
+        most = f"{MAX_REQUESTS:,}"
+        raise InputError(None, field, f"must be a whole number of requests in 1..{most} (got "
+                         f"{requests!r})", f"give {field} in 1..{most}, or leave it out for the "
+                         "recipe's workload.requests")
+
+
+def check_seed(seed: int | None, field: str = "--seed") -> None:
+    """Refuse a seed numpy cannot take (negative; None: the recipe's)."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, Integral)
+                             or seed < 0):
+        raise InputError(None, field, f"must be a whole number ≥ 0 (got {seed!r})",
+                         f"give {field} ≥ 0, or leave it out for the recipe's seed")
+
+
+def check_rate(rate: float, field: str = "--rate") -> None:
+    """Refuse an arrival rate that is not a finite number > 0."""
+    if isinstance(rate, bool) or not isinstance(rate, Real) or not (
+            math.isfinite(rate) and rate > 0):
+        raise InputError(None, field, f"rate must be a finite number > 0 (got {rate})",
+                         "give an arrival rate in requests per second")
 
 
 class Evaluation:
@@ -43,6 +73,8 @@ class Evaluation:
 
     def __init__(self, recipe: Recipe, profile: Profile | None = None,
                  requests: int | None = None, seed: int | None = None):
+        check_requests(requests)
+        check_seed(seed)
         self.recipe = recipe
         self.profile = profile or recipe.load_profile()
         self.seed = recipe.seed if seed is None else seed
@@ -206,9 +238,7 @@ class Evaluation:
 
     def run(self, config: Config, rate: float,
             config_path: str | Path | None = None) -> RunResult:
-        if rate <= 0:
-            raise InputError(None, "--rate", f"rate must be > 0 (got {rate})",
-                             "give an arrival rate in requests per second")
+        check_rate(rate)
         return self.probe(self.simulator(config, config_path), rate)
 
     def goodput(self, config: Config,

@@ -32,7 +32,7 @@ Curve = list[tuple[float, float]]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no NaN / ±inf
 
 
 def _check_curve(points: Curve, what: str) -> Curve:

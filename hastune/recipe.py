@@ -23,9 +23,16 @@ from hastune.yamlio import read_yaml_mapping
 
 MODALITIES = ("text", "image", "video", "audio")
 
+# Plausibility bounds: far above any real model or run, so only a typo or a hostile file meets
+# them (and the arrays they would size are never allocated).
+MAX_TOKENS = 10_000_000      # a length (tokens, audio seconds): 10M, above any model's context
+MAX_REQUESTS = 10_000_000    # requests in one run or probe
+MAX_SLO_S = 1e9              # an SLO (or a think time) in seconds: ~30 years, "never missed"
+MIX_TOLERANCE = 0.01         # mix shares must sum to 1 within this
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no NaN / ±inf
 
 
 class LengthDist(_Strict):
@@ -36,10 +43,11 @@ class LengthDist(_Strict):
     """
 
     dist: Literal["fixed", "uniform", "lognormal", "gamma", "normal", "exponential"] = "lognormal"
-    mean: float | None = Field(default=None, gt=0)
-    cv: float = Field(default=0.5, ge=0)
-    min: float = Field(default=1, ge=0)
-    max: float = Field(default=1_000_000, gt=0)
+    mean: float | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    cv: float = Field(default=0.5, ge=0, le=100)
+    min: float = Field(default=1, ge=0, le=MAX_TOKENS)
+    max: float = Field(default=1_000_000, gt=0, le=1e9,
+                       description="a clip only (up to 1e9: unclipped); mean and min ≤ 10M")
 
     @model_validator(mode="after")
     def _consistent(self) -> LengthDist:
@@ -52,8 +60,9 @@ class LengthDist(_Strict):
 
 def _dist(v: object) -> object:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        if v <= 0:
-            raise ValueError(f"a length must be positive (got {v}). Fix: use a value > 0")
+        if not 0 < v <= MAX_TOKENS:  # NaN fails too
+            raise ValueError(f"a length must be in (0, {MAX_TOKENS:,}] (got {v}). "
+                             f"Fix: use a value > 0 and ≤ {MAX_TOKENS:,}")
         return {"dist": "fixed", "mean": v, "min": 0, "max": max(float(v), 1.0)}
     return v
 
@@ -64,8 +73,10 @@ class Arrival(_Strict):
     the concurrency), each sending its next request `think_s` after the previous one ends."""
 
     process: Literal["poisson", "gamma", "closed"] = "poisson"
-    cv: float = Field(default=1.0, gt=0, description="coefficient of variation of gaps (gamma)")
-    think_s: float = Field(default=0.0, ge=0, description="closed loop: pause between requests")
+    cv: float = Field(default=1.0, ge=0.001, le=100,
+                      description="coefficient of variation of gaps (gamma)")
+    think_s: float = Field(default=0.0, ge=0, le=MAX_SLO_S,
+                           description="closed loop: pause between requests")
 
 
 class RateSchedule(_Strict):
@@ -131,10 +142,10 @@ class ModalityPayload(_Strict):
     encoder_tokens: LengthDist | None = None
     llm_tokens: LengthDist | None = None
     resolution: tuple[int, int] | None = None
-    frames: int | None = Field(default=None, gt=0)
+    frames: int | None = Field(default=None, gt=0, le=100_000)
     seconds: LengthDist | None = None
-    stack: int = Field(default=8, gt=0)
-    items: int = Field(default=1, gt=0, description="images per request")
+    stack: int = Field(default=8, gt=0, le=MAX_TOKENS)
+    items: int = Field(default=1, gt=0, le=10_000, description="images per request")
 
     @field_validator("encoder_tokens", "llm_tokens", "seconds", mode="before")
     @classmethod
@@ -144,8 +155,9 @@ class ModalityPayload(_Strict):
     @field_validator("resolution")
     @classmethod
     def _res(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
-        if v is not None and (v[0] <= 0 or v[1] <= 0):
-            raise ValueError("resolution must be two positive pixel counts. Fix: e.g. [672, 672]")
+        if v is not None and not (0 < v[0] <= 100_000 and 0 < v[1] <= 100_000):
+            raise ValueError("resolution must be two pixel counts in 1..100,000. "
+                             "Fix: e.g. [672, 672]")
         return v
 
     @model_validator(mode="after")
@@ -165,7 +177,8 @@ class ModalityPayload(_Strict):
 class Workload(_Strict):
     preset: Literal["alpaca", "sharegpt", "longbench"] | None = Field(
         default=None, description="EcoServe dataset: its length distributions (and default SLOs)")
-    requests: int = Field(default=2000, gt=0, description="requests simulated per rate probe")
+    requests: int = Field(default=2000, gt=0, le=MAX_REQUESTS,
+                          description="requests simulated per rate probe")
     warmup: float = Field(default=0.1, ge=0, lt=1, description="share of first requests ignored")
     arrival: Arrival = Field(default_factory=Arrival)
     rate_schedule: RateSchedule | None = None
@@ -185,13 +198,22 @@ class Workload(_Strict):
     @field_validator("mix")
     @classmethod
     def _mix(cls, v: dict[str, float]) -> dict[str, float]:
+        # shares, not ratios: they must sum to 1 (within MIX_TOLERANCE), so a forgotten
+        # modality or a ratio typed by mistake is refused rather than silently rescaled
+        # (sampling divides by the sum). NaN and ±inf never get here (allow_inf_nan).
+        shares = ", ".join(f"{k}: {w:g}" for k, w in v.items())
+        fix = ("give each modality's share of requests, summing to 1 within 0.01, e.g. "
+               "{image: 0.7, text: 0.3} (weights are not rescaled)")
         for k, w in v.items():
             if k not in MODALITIES:
                 raise ValueError(f"unknown modality {k!r}. Fix: use {', '.join(MODALITIES)}")
             if w < 0:
-                raise ValueError(f"mix weight of {k} is negative. Fix: use a share ≥ 0")
-        if sum(v.values()) <= 0:
-            raise ValueError("mix weights sum to 0. Fix: give at least one positive share")
+                raise ValueError(f"mix weight of {k} is negative ({w:g}). Fix: {fix}")
+        total = sum(v.values())
+        if total <= 0:
+            raise ValueError(f"mix weights sum to 0 ({shares}). Fix: {fix}")
+        if abs(total - 1.0) > MIX_TOLERANCE:
+            raise ValueError(f"mix shares sum to {total:g}, not 1 ({shares}). Fix: {fix}")
         return v
 
     @field_validator("modalities")
@@ -234,8 +256,8 @@ class Workload(_Strict):
 
 
 class SLO(_Strict):
-    ttft_s: float = Field(gt=0)
-    tpot_s: float = Field(gt=0)
+    ttft_s: float = Field(gt=0, le=MAX_SLO_S)
+    tpot_s: float = Field(gt=0, le=MAX_SLO_S)
     percentile: float = Field(default=90.0, gt=0, le=100)
     criterion: Literal["percentile", "attainment"] = "percentile"
     attainment: float = Field(default=0.9, gt=0, le=1, description="for criterion: attainment")
@@ -255,7 +277,7 @@ class Evaluator(_Strict):
 
     tolerance: float = Field(default=0.02, gt=0, lt=1,
                              description="relative step of the rate grid the search bisects on")
-    max_probes: int = Field(default=40, ge=3)
+    max_probes: int = Field(default=40, ge=3, le=10_000)
     start_rate: float | None = Field(default=None, gt=0, description="first rate tried (req/s)")
     min_span: float = Field(
         default=50.0, ge=0,
@@ -263,10 +285,11 @@ class Evaluator(_Strict):
                     "longer of the zero-load lifetime and the SLO lifetime (TTFT SLO + TPOT "
                     "SLO × (mean output tokens − 1)) — so a run reaches and shows steady state")
     min_requests: int = Field(
-        default=5000, ge=0,
+        default=5000, ge=0, le=MAX_REQUESTS,
         description="each probe simulates at least this many requests (with workload.requests "
                     "as a second floor): a P90 of fewer, near capacity, is a matter of luck")
-    max_requests: int = Field(default=200_000, gt=0, description="cap on requests per probe")
+    max_requests: int = Field(default=200_000, gt=0, le=MAX_REQUESTS,
+                              description="cap on requests per probe")
     shortfall: float = Field(
         default=0.03, gt=0, lt=1,
         description="stability: a probe whose departures fall short of its arrivals by more "

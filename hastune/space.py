@@ -8,11 +8,12 @@ exhaustively, and no configuration need ever be evaluated twice.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hastune import archs
 from hastune.config import AnyConfig, config_dict, parse_config
@@ -20,6 +21,9 @@ from hastune.errors import InputError, from_pydantic
 from hastune.yamlio import read_yaml_mapping
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+# GPU-knob combinations a space may ask to enumerate at the recipe's budget (~1 µs each): more
+# is a space too wide for its cluster (e.g. three unbounded pools at thousands of GPUs)
+MAX_ALLOCATION_COMBOS = 10_000_000
 
 
 def gpus_used(architecture: str, values: dict[str, int]) -> int:
@@ -35,13 +39,19 @@ def gpus_used(architecture: str, values: dict[str, int]) -> int:
 
 
 class IntRange(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     low: int = Field(ge=0)
     high: int | None = Field(default=None, ge=0)
 
+    @model_validator(mode="after")
+    def _ordered(self) -> IntRange:
+        if self.high is not None and self.high < self.low:
+            raise ValueError(f"high ({self.high}) < low ({self.low}). Fix: make low ≤ high")
+        return self
+
 
 class SearchSpace(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     architecture: str
     budget: Literal["exact", "at_most"] = "exact"
     params: dict[str, IntRange | list[Any]]
@@ -61,7 +71,30 @@ class SearchSpace(BaseModel):
         for k, x in v.items():
             if isinstance(x, list) and not x:
                 raise ValueError(f"params.{k} lists no values. Fix: give at least one value")
+            for item in x if isinstance(x, list) else ():
+                if isinstance(item, float) and not math.isfinite(item):
+                    raise ValueError(f"params.{k} lists {item}. Fix: use finite numbers "
+                                     "(not .nan or .inf)")
         return v
+
+    @model_validator(mode="after")
+    def _knobs(self) -> SearchSpace:
+        arch = archs.get(self.architecture)
+        fields = set(arch.config.model_fields) - {"kind", "name", "architecture"}
+        for k, x in self.params.items():
+            if k not in fields:
+                raise ValueError(f"params.{k}: {self.architecture} has no knob {k!r}. Fix: use "
+                                 f"knobs of {self.architecture}: {', '.join(sorted(fields))}")
+            if k in arch.gpu_knobs:
+                if isinstance(x, list) and not all(
+                        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in x):
+                    raise ValueError(f"params.{k} is a GPU count: its values must be whole "
+                                     "numbers ≥ 0. Fix: e.g. [1, 2, 4] or {low: 1, high: 8}")
+            elif isinstance(x, IntRange):
+                raise ValueError(f"params.{k} is not a GPU count: a range applies only to "
+                                 f"{', '.join(arch.gpu_knobs)}. Fix: list its values, e.g. "
+                                 "[1, 2, 4]")
+        return self
 
     def int_range(self, name: str, budget: int) -> range:
         r = self.params.get(name)
@@ -117,6 +150,15 @@ class SearchSpace(BaseModel):
     def allocations(self, budget: int) -> Iterator[tuple[int, ...]]:
         """GPU counts per pool within the budget (exactly G or at most G)."""
         names = self.gpu_knobs()
+        counts = [len(self.int_range(n, budget)) if isinstance(self.params[n], IntRange)
+                  else len(self.params[n]) for n in names]  # type: ignore[arg-type]
+        if math.prod(counts) > MAX_ALLOCATION_COMBOS:
+            raise InputError(
+                self.source, "params",
+                f"{' × '.join(map(str, counts))} = {math.prod(counts):,} combinations of "
+                f"{', '.join(names)} at cluster.gpus = {budget} (the most enumerated is "
+                f"{MAX_ALLOCATION_COMBOS:,})", "bound the GPU knobs' ranges with high: (or "
+                "list their values) in a search space of your own (search_space: in the recipe)")
         ranges = [self.knob_values(n, budget) for n in names]
         for combo in itertools.product(*ranges):
             total = self.gpus_of(dict(zip(names, combo)))

@@ -16,7 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from hastune.errors import InputError
-from hastune.recipe import MODALITIES, LengthDist, ModalityPayload, RateSchedule, Workload
+from hastune.recipe import (
+    MAX_TOKENS,
+    MODALITIES,
+    LengthDist,
+    ModalityPayload,
+    RateSchedule,
+    Workload,
+)
 
 MODALITY_CODE = {m: i for i, m in enumerate(MODALITIES)}
 
@@ -190,18 +197,44 @@ def _gaps(w: Workload, n: int, rng: np.random.Generator, cv: float | None = None
 
 
 _TRACE_FIELDS = ("prompt_tokens", "output_tokens")
+MAX_TRACE_BYTES = 256 * 2**20   # a trace file: 256 MiB (millions of requests)
+MAX_TRACE_LINE = 2**20          # one line: 1 MiB
+MAX_ARRIVAL_S = 1e12            # arrival_s: finite and below ~30,000 years
 
 
-def load_trace(path: Path, n: int | None, seed: int, w: Workload | None = None) -> RequestSet:
-    """Read a JSONL trace: one object per line with prompt_tokens, output_tokens and optionally
-    modality, encoder_tokens, llm_tokens, arrival_s. With arrival_s the trace's own gaps are kept
-    (normalised to unit mean, so `arrivals(rate)` replays it at `rate`); without, Poisson gaps
-    drawn from `seed`. The trace is cycled if shorter than n."""
-    if not path.exists():
-        raise InputError(path, None, "trace file not found", "check workload.trace")
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+def _count(path: Path, lineno: int, f: str, v: object, least: float, most: float) -> None:
+    """InputError unless `v` is a finite number in [least, most] (NaN, Infinity, booleans,
+    strings and huge integers refused; the bound is checked before any float conversion)."""
+    if (not isinstance(v, (int, float)) or isinstance(v, bool) or not least <= v <= most
+            or (isinstance(v, float) and not math.isfinite(v))):
+        raise InputError(path, f"line {lineno}: {f}",
+                         f"missing or not a valid count (got {v!r})" if f in _TRACE_FIELDS
+                         else f"not a number in {least:,.0f}..{most:,.0f} (got {v!r})",
+                         f"give {f} as a number in {least:,.0f}..{most:,.0f}"
+                         + (" (tokens)" if f != "arrival_s" else " (seconds)"))
+
+
+def _trace_lines(path: Path):
+    """(line number, parsed object) of each non-blank line; InputError for a file that is not
+    a regular file under MAX_TRACE_BYTES, a line that is not UTF-8, too long or not JSON."""
+    from hastune.yamlio import check_file
+
+    check_file(path, "trace", MAX_TRACE_BYTES)
+    with path.open("rb") as fh:
+        lineno = 0
+        while True:
+            raw = fh.readline(MAX_TRACE_LINE + 1)
+            if not raw:
+                return
+            lineno += 1
+            if len(raw) > MAX_TRACE_LINE:
+                raise InputError(path, f"line {lineno}", f"longer than {MAX_TRACE_LINE:,} bytes",
+                                 "write one request per line")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError(path, f"line {lineno}", "not UTF-8 text (a binary file?)",
+                                 "give a JSONL trace: one JSON object per line") from None
             if not line.strip():
                 continue
             try:
@@ -209,26 +242,35 @@ def load_trace(path: Path, n: int | None, seed: int, w: Workload | None = None) 
             except json.JSONDecodeError as exc:
                 raise InputError(path, f"line {lineno}", f"not valid JSON ({exc.msg})",
                                  "write one JSON object per line") from None
-            if not isinstance(obj, dict):
-                raise InputError(path, f"line {lineno}", "not a JSON object",
-                                 'write objects like {"prompt_tokens": 100, "output_tokens": 50}')
-            for f in _TRACE_FIELDS:
-                v = obj.get(f)
-                least = 1 if f == "output_tokens" else 0
-                if not isinstance(v, (int, float)) or isinstance(v, bool) or v < least:
-                    raise InputError(path, f"line {lineno}: {f}",
-                                     f"missing or not a valid count (got {v!r})",
-                                     f"give {f} as a whole number ≥ {least}")
-            mod = obj.get("modality", "text")
-            if mod not in MODALITY_CODE:
-                raise InputError(path, f"line {lineno}: modality", f"unknown modality {mod!r}",
-                                 f"use one of {', '.join(MODALITIES)}")
-            for f in ("encoder_tokens", "llm_tokens", "arrival_s"):
-                v = obj.get(f, 0)
-                if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-                    raise InputError(path, f"line {lineno}: {f}", f"not a number ≥ 0 (got {v!r})",
-                                     f"give {f} as a number ≥ 0")
-            rows.append(obj)
+            except RecursionError:
+                raise InputError(path, f"line {lineno}", "JSON nested too deeply",
+                                 "write one flat JSON object per line") from None
+            yield lineno, obj
+
+
+def load_trace(path: Path, n: int | None, seed: int, w: Workload | None = None) -> RequestSet:
+    """Read a JSONL trace: one object per line with prompt_tokens, output_tokens and optionally
+    modality, encoder_tokens, llm_tokens, arrival_s. With arrival_s the trace's own gaps are kept
+    (normalised to unit mean, so `arrivals(rate)` replays it at `rate`); without, Poisson gaps
+    drawn from `seed`. The trace is cycled if shorter than n. Counts are finite numbers of at
+    most MAX_TOKENS (10M) tokens, arrival_s finite ≥ 0."""
+    if not path.exists():
+        raise InputError(path, None, "trace file not found", "check workload.trace")
+    rows = []
+    for lineno, obj in _trace_lines(path):
+        if not isinstance(obj, dict):
+            raise InputError(path, f"line {lineno}", "not a JSON object",
+                             'write objects like {"prompt_tokens": 100, "output_tokens": 50}')
+        for f in _TRACE_FIELDS:
+            _count(path, lineno, f, obj.get(f), 1 if f == "output_tokens" else 0, MAX_TOKENS)
+        mod = obj.get("modality", "text")
+        if not isinstance(mod, str) or mod not in MODALITY_CODE:
+            raise InputError(path, f"line {lineno}: modality", f"unknown modality {mod!r}",
+                             f"use one of {', '.join(MODALITIES)}")
+        for f in ("encoder_tokens", "llm_tokens", "arrival_s"):
+            _count(path, lineno, f, obj.get(f, 0), 0,
+                   MAX_ARRIVAL_S if f == "arrival_s" else MAX_TOKENS)
+        rows.append(obj)
     if not rows:
         raise InputError(path, None, "the trace has no requests",
                          "add JSONL lines, one per request")

@@ -106,9 +106,9 @@ _UniqueKeyLoader.add_constructor(
 )
 
 
-def read_text(path: str | Path, what: str, limit: int = MAX_BYTES) -> str:
-    """The UTF-8 text of a regular file of at most `limit` bytes; InputError otherwise (a
-    missing path, a directory, a FIFO or device, a larger file, bytes that are not UTF-8)."""
+def check_file(path: str | Path, what: str, limit: int = MAX_BYTES) -> None:
+    """InputError unless `path` is a regular file of at most `limit` bytes (a missing path, a
+    directory, a FIFO or device — whose reading would block or never end —, a larger file)."""
     p = Path(path)
     try:
         st = os.stat(p)
@@ -127,6 +127,13 @@ def read_text(path: str | Path, what: str, limit: int = MAX_BYTES) -> str:
         raise InputError(p, None, f"the {what} file is {st.st_size / 2**20:.1f} MiB, over the "
                          f"{limit / 2**20:g} MiB limit", f"give a {what} file under "
                          f"{limit / 2**20:g} MiB")
+
+
+def read_text(path: str | Path, what: str, limit: int = MAX_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most `limit` bytes; InputError otherwise (see
+    check_file; and bytes that are not UTF-8)."""
+    p = Path(path)
+    check_file(p, what, limit)
     try:
         with p.open("rb") as fh:
             raw = fh.read(limit + 1)  # the file may have grown since stat()

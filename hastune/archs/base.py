@@ -38,7 +38,7 @@ class ConfigBase(BaseModel):
     """A deployment config: `architecture` (the discriminator) and its knobs. Its GPU count is
     a sum of products of knobs, one term per pool (`gpu_terms`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no NaN / ±inf
     kind: Literal["deployment"] = "deployment"
     name: str | None = None
     gpu_terms: ClassVar[tuple[tuple[str, ...], ...]] = ()
