@@ -12,6 +12,7 @@ from rich.table import Table
 from hastune.cli import app
 from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s
 from hastune.config import load_config
+from hastune.evaluate import check_requests, check_seed
 from hastune.evaluators import EVALUATORS, EvaluatorOptions, make_evaluator
 from hastune.recipe import load_recipe
 
@@ -30,6 +31,8 @@ def evaluate(
     ray_address: str | None = RAY_ADDRESS_OPTION,
 ) -> None:
     """Find the P90 goodput of a deployment: the highest rate that still meets the SLOs."""
+    check_requests(requests)  # before any evaluator (the real one took 0 as "the default")
+    check_seed(seed)
     rec, cfg = load_recipe(recipe), load_config(config)
     ev = make_evaluator(evaluator, rec, EvaluatorOptions(requests=requests, seed=seed,
                                                          backend=backend,

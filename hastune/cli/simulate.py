@@ -10,6 +10,7 @@ from rich.table import Table
 
 from hastune.cli import app
 from hastune.cli.common import dumps, fmt_s, load_inputs
+from hastune.evaluate import check_rate, check_requests, check_seed
 
 
 @app.command()
@@ -25,6 +26,9 @@ def simulate(
 ) -> None:
     """Simulate a deployment at one arrival rate: TTFT/TPOT, SLO attainment, utilisation, and
     whether the run is a steady state (the probe a goodput search would make at this rate)."""
+    check_rate(rate)  # the values first: nothing is loaded for a run that cannot start
+    check_requests(requests)
+    check_seed(seed)
     rec, cfg, ev = load_inputs(recipe, config, requests, seed)
     run = ev.run(cfg, rate, config)
     s = run.summary(rec.slo)

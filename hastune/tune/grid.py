@@ -8,12 +8,14 @@ import time
 from pathlib import Path
 
 from hastune.config import config_dict, parse_config
+from hastune.errors import InputError
 from hastune.evaluate import Evaluation
 from hastune.prune import Bounds, prune
 from hastune.recipe import load_recipe
 from hastune.space import space_for
 
 _EV: Evaluation | None = None
+MAX_WORKERS = 1024
 
 
 def _init(recipe_path: str) -> None:
@@ -28,6 +30,10 @@ def _goodput(cfg_dict: dict) -> float:
 
 
 def run_grid(recipe_path: str | Path, prune_first: bool = True, workers: int = 1) -> dict:
+    if isinstance(workers, bool) or not isinstance(workers, int) or not (
+            1 <= workers <= MAX_WORKERS):
+        raise InputError(None, "--workers", f"must be a number of processes in 1..{MAX_WORKERS} "
+                         f"(got {workers!r})", "give --workers ≥ 1 (1: this process only)")
     rec = load_recipe(recipe_path)
     ev = Evaluation(rec)
     bounds = Bounds(rec, ev.profile, ev.requests)
