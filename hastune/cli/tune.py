@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from rich.table import Table
 
 from hastune.cli import app
 from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps
+from hastune.cli.tune_run import EXIT_FAILED, fail, one_line, run_workers, storage_errors
 from hastune.config import config_dict, parse_config
 from hastune.errors import InputError
 from hastune.evaluators import EVALUATORS
@@ -118,15 +118,19 @@ def tune(
     """Find the deployment with the most P90 goodput: prune, then Bayesian optimisation.
 
     Exit codes: 0 found a configuration that meets the SLOs; 3 none does; 4 the best is worse
-    than --baseline by more than --max-regression; 2 bad input; 130 interrupted (re-run the
-    same command to resume)."""
+    than --baseline by more than --max-regression; 2 bad input; 1 the run failed (a worker
+    died, the storage stopped accepting writes: finished trials are kept, re-run to resume);
+    130 interrupted (re-run the same command to resume)."""
     import optuna
 
     from hastune.recipe import load_recipe
     from hastune.tune.outputs import summarize, write_outputs
-    from hastune.tune.runner import TuneOptions, Tuner, options_dict, worker_main
+    from hastune.tune.runner import TuneOptions, Tuner
+    from hastune.tune.storage import check_out, check_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    check_storage(storage)  # before any work: where the study and the outputs go
+    check_out(out)
     base = None
     if baseline is not None:
         base = _read_baseline(baseline)
@@ -146,43 +150,16 @@ def tune(
     mon.seen = len([t for t in st.get_trials(deepcopy=False) if t.user_attrs.get("evaluated")])
     if mon.seen:
         console.print(f"resuming study {tuner.study_name!r}: {mon.seen} evaluations recorded")
-    interrupted = False
     live = Live(mon.render(), console=console, refresh_per_second=4,
                 transient=False) if (console.is_terminal and not as_json) else None
-    try:
-        if live:
-            live.start()
-        tuner.prepare(st, on_trial=mon.line)
-        if workers == 1:
-            def cb(t):
-                mon.line(t)
-                if live:
-                    live.update(mon.render())
-            tuner.work(st, 0, on_trial=cb)
-        else:
-            ctx = mp.get_context("spawn")
-            start = ctx.Barrier(workers)  # all begin together, whatever their import time
-            procs = [ctx.Process(target=worker_main,
-                                 args=(str(recipe), options_dict(opts), w, start))
-                     for w in range(workers)]
-            for p in procs:
-                p.start()
-            while any(p.is_alive() for p in procs):
-                time.sleep(0.5)
-                if live:
-                    live.update(mon.render())
-            for p in procs:
-                p.join()
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        if live:
-            live.update(mon.render())
-            live.stop()
+    interrupted, failures = run_workers(tuner, st, str(recipe), mon, live)
     from hastune.config import parse_config
     from hastune.tune.outputs import best_trial
 
-    bt = best_trial(st)
+    try:
+        bt = best_trial(st)
+    except storage_errors() as exc:
+        fail([f"cannot read the study back: {one_line(exc)}", *failures])
     # the best config's probes and utilisation for the plots (simulated: a real re-run would
     # cost as much as the trial itself)
     final = tuner.ev.goodput(parse_config(bt.user_attrs["config"])) if bt else None
@@ -194,8 +171,14 @@ def tune(
         summary["regression"] = (prev - summary["goodput_rps"]) / prev if prev > 0 else 0.0
         if summary["goodput_rps"] < prev * (1 - max_regression):
             code = EXIT_REGRESSION
+    if failures:
+        summary["failures"] = failures
+        code = EXIT_FAILED
     summary["exit_code"] = 130 if interrupted else code
-    files = write_outputs(tuner, st, summary, final, plots=not no_plots)
+    try:
+        files = write_outputs(tuner, st, summary, final, plots=not no_plots)
+    except storage_errors() as exc:
+        fail([*failures, f"cannot write the outputs to {out}: {one_line(exc)}"])
     if as_json:
         print(dumps(summary))
     else:
@@ -214,6 +197,8 @@ def tune(
         console.print("interrupted: finished trials are in the study; run the same command "
                       "to resume")
         sys.exit(130)
+    if failures:
+        fail(failures)
     if code:
         sys.exit(code)
 
@@ -299,10 +284,13 @@ def grid(
 ) -> None:
     """Evaluate the whole space exhaustively (small budgets; checking the tuner)."""
     from hastune.tune.grid import run_grid
+    from hastune.tune.storage import check_out
 
+    if out is not None:
+        check_out(out)  # before the work, not after it
     res = run_grid(recipe, prune_first=not no_prune, workers=workers)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(exist_ok=True)
         (out / "grid.json").write_text(dumps(res))
         import csv
 

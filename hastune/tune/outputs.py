@@ -93,7 +93,7 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
 def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
                   final: GoodputResult | None, plots: bool = True) -> list[Path]:
     out = Path(tuner.opts.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(exist_ok=True)  # its parent was checked before the run (storage.check_out)
     written = []
     if summary["best_config"]:
         cfg = parse_config(summary["best_config"])

@@ -1,20 +1,23 @@
 """Where a tuning study lives: the optuna storage is the record of the run.
 
-- default: SQLite file DIR/study.db;
+- default: SQLite file DIR/study.db (DIR is `--out`);
 - `journal:PATH` or a path ending in .log/.journal: optuna's journal file (many processes on one
   machine, or a shared file system);
 - any SQLAlchemy URL optuna accepts (sqlite:///…, postgresql://…) for many machines;
 - `memory`: in this process only (benchmarks, experiments; nothing to resume from).
 
-A trial whose worker died (kill -9) stays RUNNING in the storage; every worker fails such
-trials of dead processes on its own host when it starts and between trials (their pid is
-gone). RUNNING trials of other hosts are left alone: they never count as evaluations, so they
-cannot block a run, and the configuration is free to be suggested again.
+Everything is checked before any work (`check_storage`, `check_out`): an unknown scheme, a
+missing driver, a file path whose directory does not exist, a file that is not a SQLite
+database or an optuna journal, `--out` that is a file. hastune creates `--out` itself when its
+parent directory exists, and never creates any other directory. A storage that stops
+accepting writes mid-run (read-only, disk full, server gone) raises `StorageFailure`: one line,
+the trials finished before it are in the storage.
+
+Which process runs what, and what happens to the trials of dead processes: hastune.tune.claims.
 """
 
 from __future__ import annotations
 
-import datetime
 import os
 import socket
 import time
@@ -22,23 +25,152 @@ from pathlib import Path
 
 import optuna
 
+from hastune.errors import InputError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class TuneError(Exception):
+    """A tuning run could not go on (not bad input: the command exits 1). `str()` is the
+    whole message."""
+
+
+class StorageFailure(TuneError):
+    """The study's storage refused a write or a read mid-run."""
+
 
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def open_storage(url: str | None, out: Path) -> optuna.storages.BaseStorage:
+def is_journal(url: str) -> bool:
+    return url.startswith("journal:") or url.endswith((".log", ".journal"))
+
+
+def default_url(out: Path) -> str:
+    return f"sqlite:///{(out / 'study.db').resolve()}"
+
+
+def check_out(out: Path, option: str = "--out") -> None:
+    """`out` is a directory, or can be made one without making any other directory."""
+    if out.exists() and not out.is_dir():
+        raise InputError(out, option, "exists and is not a directory",
+                         f"give a directory for {option} (a new one is created)")
+    if not out.exists():
+        parent = out.absolute().parent
+        if not parent.is_dir():
+            raise InputError(out, option, f"its parent directory {parent} does not exist",
+                             f"create it first (mkdir -p {parent}) or choose another {option}")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise InputError(out, option, f"cannot create it: {parent} is not writable",
+                             f"choose another {option}")
+    elif not os.access(out, os.W_OK | os.X_OK):
+        raise InputError(out, option, "is not writable", f"choose another {option}")
+
+
+def _check_file(path: Path, kind: str) -> None:
+    """A storage file: its directory exists (nothing is created for it), it is not a
+    directory."""
+    if path.is_dir():
+        name = "study.log" if kind == "journal" else "study.db"
+        raise InputError(path, "--storage", f"is a directory, not a {kind} file",
+                         f"give a file path, e.g. {path / name}")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise InputError(path, "--storage", f"directory {parent} does not exist",
+                         f"create it first (mkdir -p {parent}) or give a path in an existing "
+                         "directory")
+
+
+def _check_journal(path: Path) -> None:
+    _check_file(path, "journal")
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    import json
+
+    try:
+        with path.open("rb") as fh:
+            first = fh.readline(1 << 20)
+        ok = isinstance(json.loads(first), dict) and "op_code" in json.loads(first)
+    except (OSError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError(path, "--storage", "is not an optuna journal file",
+                         "give a journal written by hastune / optuna, or a new file name")
+
+
+def _check_sqlite(database: str | None) -> None:
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database)
+    _check_file(path, "SQLite")
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise InputError(path, "--storage", f"cannot be read ({exc.strerror})",
+                         "fix its permissions or give another file") from None
+    if head != SQLITE_MAGIC:
+        raise InputError(path, "--storage", "is not a SQLite database",
+                         "give a study.db written by hastune / optuna, or a new file name")
+
+
+def check_storage(url: str | None) -> None:
+    """Refuse a storage URL that cannot work, before any work starts. None: the default
+    (DIR/study.db, checked with --out)."""
+    if url is None or url == "memory":
+        return
+    if is_journal(url):
+        if not url.removeprefix("journal:"):
+            raise InputError(None, "--storage", "journal: needs a file path",
+                             "use journal:PATH, e.g. journal:tune-out/study.log")
+        _check_journal(Path(url.removeprefix("journal:")))
+        return
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    fix = ("use sqlite:///PATH, journal:PATH, memory, or a database URL such as "
+           "postgresql://USER@HOST/DB")
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise InputError(None, "--storage", f"{url!r} is not a storage URL", fix) from None
+    try:
+        dialect = parsed.get_dialect()
+    except NoSuchModuleError:
+        raise InputError(None, "--storage", f"unknown storage scheme {parsed.drivername!r}",
+                         fix) from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        raise InputError(None, "--storage", f"the {parsed.drivername} driver is not installed "
+                         f"({exc.name or exc})", f"pip install {exc.name or 'the driver'}, "
+                         "or use sqlite:///PATH or journal:PATH") from None
+    if parsed.get_backend_name() == "sqlite":
+        _check_sqlite(parsed.database)
+
+
+def open_storage(url: str | None, out: Path | None) -> optuna.storages.BaseStorage:
     if url is None:
-        out.mkdir(parents=True, exist_ok=True)
-        url = f"sqlite:///{(out / 'study.db').resolve()}"
+        assert out is not None
+        check_out(out)
+        out.mkdir(exist_ok=True)
+        url = default_url(out)
+    check_storage(url)
     if url == "memory":
         return optuna.storages.InMemoryStorage()
-    if url.startswith("journal:") or url.endswith((".log", ".journal")):
-        path = Path(url.removeprefix("journal:"))
-        path.parent.mkdir(parents=True, exist_ok=True)
+    if is_journal(url):
         from optuna.storages.journal import JournalFileBackend
 
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        path = Path(url.removeprefix("journal:"))
+        try:
+            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        except (OSError, ValueError, KeyError) as exc:
+            raise InputError(path, "--storage", f"cannot open the journal ({exc})",
+                             "give a writable journal file written by hastune / optuna, or a "
+                             "new file name") from None
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     return _rdb(url, kwargs)
 
@@ -47,61 +179,34 @@ def _rdb(url: str, kwargs: dict, attempts: int = 8) -> optuna.storages.RDBStorag
     """Open an RDB storage. Processes that open a new database at the same moment (workers, a
     second `hastune tune`, a monitoring script) race to create its tables; the loser sees
     "table … already exists", a duplicate schema-version row or "database is locked". Its next
-    try finds the tables made."""
-    from sqlalchemy.exc import IntegrityError, OperationalError
+    try finds the tables made. Anything else (a server that refuses, a database of another
+    program or optuna version, a read-only file) is an InputError naming --storage."""
+    from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 
     for i in range(attempts):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-        except (OperationalError, IntegrityError):
-            if i == attempts - 1:
-                raise
+        except (OperationalError, IntegrityError) as exc:
+            transient = isinstance(exc, IntegrityError) or any(
+                s in str(exc) for s in ("already exists", "database is locked"))
+            if not transient or i == attempts - 1:
+                raise _open_error(url, exc) from None
             time.sleep(0.05 * 2**i)
+        except (DatabaseError, RuntimeError, ValueError) as exc:
+            raise _open_error(url, exc) from None
     raise AssertionError("unreachable")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _open_error(url: str, exc: Exception) -> InputError:
+    msg = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+    return InputError(None, "--storage", f"cannot open {url}: {msg}",
+                      "check the URL, that the database is reachable and writable, and that it "
+                      "holds optuna studies (or is new)")
 
 
-ORPHAN_GRACE_S = 2.0
+def storage_errors() -> tuple[type[BaseException], ...]:
+    """What a storage raises when it stops accepting writes (the CLI turns these into one
+    line)."""
+    from sqlalchemy.exc import SQLAlchemyError
 
-
-def orphans(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """RUNNING trials that name no worker: a process died between asking for the trial and
-    naming itself (a live worker names itself within milliseconds of asking)."""
-    return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-            if "worker" not in t.user_attrs]
-
-
-def fail_dead_trials(study: optuna.Study) -> int:
-    """Fail RUNNING trials whose worker process on this host is gone, and orphans older than
-    ORPHAN_GRACE_S. Returns how many."""
-    host = socket.gethostname()
-    now = datetime.datetime.now()
-    n = 0
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        w = t.user_attrs.get("worker")
-        if w is None:
-            started = t.datetime_start or now
-            dead = (now - started).total_seconds() > ORPHAN_GRACE_S
-        else:
-            h, _, pid = w.rpartition(":")
-            dead = h == host and pid.isdigit() and not _pid_alive(int(pid))
-        if dead:
-            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-            n += 1
-    return n
-
-
-def settle(study: optuna.Study) -> None:
-    """Before a worker leaves: wait out the grace of any orphan, then fail it."""
-    if orphans(study):
-        time.sleep(ORPHAN_GRACE_S + 0.1)
-        fail_dead_trials(study)
+    return (StorageFailure, optuna.exceptions.StorageInternalError, SQLAlchemyError, OSError)

@@ -86,10 +86,8 @@ def test_warm_start_tries_distinct_allocations_before_variants(small_recipe, tmp
     n = len(set(allocs))
     assert n < len(allocs), "the test needs allocations with several surviving variants"
     assert len(set(allocs[:n])) == n, "a variant came before some allocation's first"
-    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
-    warm = [tuple(t.params.get(k, t.system_attrs.get("fixed_params", {}).get(k))
-                  for k in knobs) for t in waiting]
-    assert len(warm) == len(set(warm)), "the warm start repeated an allocation"
+    warm = [tuple(d[k] for k in knobs) for d in prep.warm]  # the study's warm_start
+    assert warm and len(warm) == len(set(warm)), "the warm start repeated an allocation"
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "random"])
