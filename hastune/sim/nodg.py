@@ -116,6 +116,7 @@ class _Run:
         loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok)
         chunk = sim.config.chunk_tokens
         self.chunked = chunk is not None
+        self.runs = self.chunked and self.ahead  # chunk_run
         for tm in sim.timings:
             tm.kv_cap = tm.kv_cap_mm if mm else tm.kv_cap_text
         self.reps = [_Replica(tm, tm.kv_cap, chunk) for tm in sim.timings]
@@ -234,10 +235,10 @@ class _Run:
                 rp.iters += 1
                 rp.target = d.step + 1
                 t_end = t + dur
-                if len(chunks) == 1 and self.chunked and self.ahead:
+                if self.runs:  # the first prompt is cut, so alone, when this much is left
                     p = chunks[0][0]
                     if p.total - p.done > tokens + tokens:  # a run pays from 2 iterations on
-                        t_end = self.chunk_run(rp, t_end, ctx)
+                        t_end = self.chunk_run(rp, t_end, ctx, dur)
                 rp.ver += 1
                 rp.ev_t = t_end
                 heappush(self.heap, (t_end, PRIO_DONE, next(self.seq), STEP, k, rp.ver))
@@ -267,9 +268,9 @@ class _Run:
                     enc += enc_s[p.req]
         return enc + tm.mixed(n, ctx, tokens, sq)
 
-    def chunk_run(self, rp: _Replica, t: float, ctx: float) -> float:
-        """The chunked iteration just planned (ending at t, decode context ctx) gave the whole
-        budget to one prompt, and the next ones would too (`run_head`). Add at once those
+    def chunk_run(self, rp: _Replica, t: float, ctx: float, dur: float) -> float:
+        """The chunked iteration just planned (`dur` long, ending at t, decode context ctx) gave
+        the whole budget to one prompt, and the next ones would too (`run_head`). Add at once those
         that start before the next decoding request finishes, then the one that finishes the
         prompt if no request arrives before it starts or the prompts already prefilling fill
         its budget (`fills`). Nothing in the replica changes in between — an arrival only
@@ -279,6 +280,13 @@ class _Run:
         d, sched = rp.dec, rp.sched
         n = d.n
         room = d.running[0][0] - rp.target if n else 1 << 62  # iterations before a finish
+        if room < 2:
+            return t  # one event saved at most: not worth the bookkeeping
+        p = sched.prefilling[0]
+        if p.total - p.done <= 3 * (sched.chunk - n):  # two more at most, then the last:
+            i = self.next_arrival  # worth it only with the last (a guess: it stays exact)
+            if self.closed or (i < self.n_open and self.arr[i] < t + 3 * dur):
+                return t
         run, chunk, done, whole = sched.run_head(n, room)
         busy, longest, iters = rp.prefill_s, rp.max_iter, rp.iters
         t0 = t
