@@ -258,7 +258,7 @@ def test_cpu_keeps_the_thread_split(green_module):
 def test_epd_static_has_no_local_prefill_and_no_split(green_module):
     part = DevicePartition.open(FakeTorch(), "cuda", 1, None, local_prefill=False)
     assert part.kind == NONE and FakeGreenContext.created == []  # not even probed
-    assert "epd-static" in part.report()["why"]
+    assert "static baseline" in part.report()["why"]
     cpu = DevicePartition.open(FakeTorch(), "cpu", 2, None, local_prefill=False)
     assert cpu.report()["prefill_threads"] == 0
 
