@@ -207,9 +207,10 @@ def _count(path: Path, lineno: int, f: str, v: object, least: float, most: float
     strings and huge integers refused; the bound is checked before any float conversion)."""
     if (not isinstance(v, (int, float)) or isinstance(v, bool) or not least <= v <= most
             or (isinstance(v, float) and not math.isfinite(v))):
+        shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
         raise InputError(path, f"line {lineno}: {f}",
-                         f"missing or not a valid count (got {v!r})" if f in _TRACE_FIELDS
-                         else f"not a number in {least:,.0f}..{most:,.0f} (got {v!r})",
+                         f"missing or not a valid count (got {shown})" if f in _TRACE_FIELDS
+                         else f"not a number in {least:,.0f}..{most:,.0f} (got {shown})",
                          f"give {f} as a number in {least:,.0f}..{most:,.0f}"
                          + (" (tokens)" if f != "arrival_s" else " (seconds)"))
 
