@@ -1,18 +1,20 @@
-"""The frontend side of the engine's `nodg` and `padg` modes: it starts the replica workers
+"""The frontend side of the engine's replica modes, `continuous` (vLLM-like replicas) and
+`windowed` (EcoServe's instances): it starts the replica workers
 (runners/engine/replica.py) and decides where each request goes.
 
-- nodg: the replica with the fewest requests in flight (ties: the lowest index), the policy
+- continuous: the replica with the fewest requests in flight (ties: the lowest index), the policy
   the simulator routes with (hastune.policies `LeastInFlight`), among the live replicas.
-- padg: the macro-instance scheduler of hastune.sim.padg, built from the same policy objects
-  (hastune.policies `Admission`, `SlackTracker`, `RollingActivation`) fed with the instances'
-  live state: requests go to a macro-instance (smooth weighted round robin over the live
+- windowed: the macro-instance scheduler of the simulator's (hastune/sim/), built from the
+  same policy objects (hastune.policies `Admission`, `SlackTracker`, `RollingActivation`)
+  fed with the instances' live state: requests go to a macro-instance (smooth weighted round robin over the live
   members, preferring one where nobody waits); its oldest waiting request is offered to its
   instances in rolling order and given to the first that passes the three checks; if none
   does, it waits and is offered again when an instance reports (a window closes, a request
   finishes) or every `status_interval_ms`. KV never leaves the instance that admitted it.
 
-The engine calls `route` (nodg) or `hold` (padg) for each arriving request and `on_event` for
-every event its run loop receives; `extra()` adds the mode's statistics to the run record.
+The engine calls `route` (continuous) or `hold` (windowed) for each arriving request and
+`on_event` for every event its run loop receives; `extra()` adds the mode's statistics to the
+run record.
 """
 
 from __future__ import annotations
@@ -34,12 +36,12 @@ from runners.engine.messages import (
     EV_PREFILLED,
     EV_WINDOW,
 )
-from runners.engine.replica import MODALITIES, PREFILL, Status, nodg_main, padg_main
+from runners.engine.replica import MODALITIES, PREFILL, Status, continuous_main, windowed_main
 from runners.engine.workers import Shared
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SLO = (5.0, 0.1)  # (TTFT, TPOT) seconds when padg is started without a recipe
+DEFAULT_SLO = (5.0, 0.1)  # (TTFT, TPOT) seconds when the windowed mode starts without a recipe
 STAT_FIELDS = ("iterations", "mixed", "prefill_only", "max_iter_tokens", "max_prefill_tokens",
                "max_decode_gap_s", "max_decode_wait_tokens", "max_iter_s", "decode_steps",
                "windows", "window_reqs")
@@ -52,12 +54,13 @@ def check_config(cfg: Any, path: Any = None) -> None:
 
 
 def launch(engine: Any, ctx: Any) -> NoDGMode | PaDGMode:
-    """Start the replica workers of `engine.config` (nodg or padg), wait until they are ready,
-    and return the mode object the engine routes with."""
+    """Start the replica workers of `engine.config` (its architecture's engine_mode is a
+    replica mode), wait until they are ready, and return the mode object the engine routes
+    with."""
     cfg, o = engine.config, engine.opts
     check_config(cfg)
     arch = archs.of(cfg)
-    nodg = arch.engine_mode == "continuous"
+    continuous = arch.engine_mode == "continuous"
     names = [name for name, _ in arch.engine_workers(cfg)]
     n = len(names)
     engine.names, engine.e_names = names, []
@@ -69,10 +72,10 @@ def launch(engine: Any, ctx: Any) -> NoDGMode | PaDGMode:
              "max_batch": o.max_batch, "config": cfg.model_dump()}
     for i, name in enumerate(names):
         engine.inboxes[name] = ctx.Queue()
-        engine._spawn(ctx, name, nodg_main if nodg else padg_main,
+        engine._spawn(ctx, name, continuous_main if continuous else windowed_main,
                       (name, i, wopts, engine.inboxes[name], engine.events, status))
     engine.wait_ready(names)
-    return NoDGMode(engine, names, status) if nodg else PaDGMode(engine, names, status)
+    return (NoDGMode if continuous else PaDGMode)(engine, names, status)
 
 
 class _Mode:
@@ -137,14 +140,14 @@ class _Macro:
 
 
 class PaDGMode(_Mode):
-    """padg's macro-instance scheduler (see the module docstring)."""
+    """The windowed mode's macro-instance scheduler (see the module docstring)."""
 
     def __init__(self, engine: Any, names: list[str], status: Status):
         super().__init__(engine, names, status)
         cfg, o = engine.config, engine.opts
         ttft, tpot = getattr(o, "ttft_slo_s", None), getattr(o, "tpot_slo_s", None)
         if ttft is None or tpot is None:
-            log.warning("padg without SLOs: admission uses TTFT %.1f s, TPOT %.2f s",
+            log.warning("windowed mode without SLOs: admission uses TTFT %.1f s, TPOT %.2f s",
                         *DEFAULT_SLO)
             ttft, tpot = ttft or DEFAULT_SLO[0], tpot or DEFAULT_SLO[1]
         self.cfg, self.tpot = cfg, tpot
@@ -191,7 +194,7 @@ class PaDGMode(_Mode):
             self._reset()
         self._stop.clear()
         self._thread = threading.Thread(target=self._status_loop, daemon=True,
-                                        name="padg-scheduler")
+                                        name="windowed-scheduler")
         self._thread.start()
 
     def end_run(self) -> None:
@@ -248,7 +251,7 @@ class PaDGMode(_Mode):
             m = self._pick_macro()
             if m is None:
                 self.events.put((EV_FAILED, job.rid, "scheduler", now,
-                                 "no live padg instance"))
+                                 "no live instance"))
                 return
             waiting = bool(m.queue)
             m.queue.append(job)
@@ -304,7 +307,7 @@ class PaDGMode(_Mode):
                 if live == 0:  # every member died: nobody can serve what waits here
                     for j in q:
                         self.events.put((EV_FAILED, j.rid, "scheduler", t,
-                                         "no live padg instance in its macro-instance"))
+                                         "no live instance in its macro-instance"))
                     q.clear()
                 return
 

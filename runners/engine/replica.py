@@ -1,14 +1,14 @@
-"""Replica workers of the engine's `nodg` and `padg` modes. Each process holds one full model
-(tp = pp = 1) and runs encode, prefill and decode itself, so no KV ever leaves it.
+"""Replica workers of the engine's `continuous` and `windowed` modes. Each process holds one
+full model (tp = pp = 1) and runs encode, prefill and decode itself, so no KV ever leaves it.
 
-- nodg (`R<i>`, vLLM / Sarathi): continuous batching. A request waits FIFO until its KV
+- continuous (`R<i>`, vLLM / Sarathi): continuous batching. A request waits FIFO until its KV
   (prompt + output, reserved up front) and a batch seat are free. With `chunk_tokens` = T every
   iteration decodes each running request once and fills the rest of the T-token budget with
   prefill chunks (FIFO; a request's payload is encoded inline in the iteration that carries
   its first chunk); without, waiting prompts run as prefill-only iterations (up to the
   `prefill_tokens` budget) while decoding pauses. Tokens are stamped at the end of the
   iteration that made them; a finished prompt joins the decode batch at the next iteration.
-- padg (`I<i>`, EcoServe): alternates prefill windows and decode windows. A request the
+- windowed (`I<i>`, EcoServe): alternates prefill windows and decode windows. A request the
   scheduler hands over while the instance decodes opens a window at the next step boundary;
   the window prefills (batches up to `prefill_tokens`, encode inline) whatever it has been
   given, for as long as requests keep coming, and closes when nothing is left: its requests
@@ -187,7 +187,7 @@ class _Replica:
                              (self.model_s, max(0.0, self.loop_s - self.model_s), self.iters)))
 
 
-def nodg_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
+def continuous_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
               status: Status) -> None:
     from runners.model.base import ServingModel
 
@@ -297,7 +297,7 @@ def _calibrate(model: Any) -> tuple[float, float, dict[str, tuple[int, float]]]:
     return a, b, enc
 
 
-def padg_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
+def windowed_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
               status: Status) -> None:
     rp = _Replica(name, index, opts, events, status)
     model = rp.model

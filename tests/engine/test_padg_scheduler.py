@@ -105,4 +105,4 @@ def test_dead_instances_are_skipped_and_with_none_left_requests_fail():
     mode.hold(_job(4))
     failed = [(r, why) for k, r, _, _, why in _drain(eng.events) if k == EV_FAILED]
     assert [r for r, _ in failed] == [3, 4]
-    assert all("no live padg instance" in why for _, why in failed)
+    assert all("no live instance" in why for _, why in failed)
