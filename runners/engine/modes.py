@@ -6,8 +6,8 @@
   the simulator routes with (hastune.policies `LeastInFlight`), among the live replicas.
 - windowed: the macro-instance scheduler of the simulator's (hastune/sim/), built from the
   same policy objects (hastune.policies `Admission`, `SlackTracker`, `RollingActivation`)
-  fed with the instances' live state: requests go to a macro-instance (smooth weighted round robin over the live
-  members, preferring one where nobody waits); its oldest waiting request is offered to its
+  fed with the instances' live state: requests go to a macro-instance (smooth weighted round
+  robin over the live members, preferring one where nobody waits); its oldest waiting request is offered to its
   instances in rolling order and given to the first that passes the three checks; if none
   does, it waits and is offered again when an instance reports (a window closes, a request
   finishes) or every `status_interval_ms`. KV never leaves the instance that admitted it.
