@@ -1,16 +1,17 @@
 """The frontend side of the engine's replica modes, `continuous` (vLLM-like replicas) and
-`windowed` (EcoServe's instances): it starts the replica workers
-(runners/engine/replica.py) and decides where each request goes.
+`windowed` (EcoServe's instances): it starts the replica workers (runners/engine/replica.py)
+and decides where each request goes.
 
-- continuous: the replica with the fewest requests in flight (ties: the lowest index), the policy
-  the simulator routes with (hastune.policies `LeastInFlight`), among the live replicas.
+- continuous: the replica with the fewest requests in flight (ties: the lowest index), the
+  policy the simulator routes with (hastune.policies `LeastInFlight`), among the live replicas.
 - windowed: the macro-instance scheduler of the simulator's (hastune/sim/), built from the
-  same policy objects (hastune.policies `Admission`, `SlackTracker`, `RollingActivation`)
-  fed with the instances' live state: requests go to a macro-instance (smooth weighted round
-  robin over the live members, preferring one where nobody waits); its oldest waiting request is offered to its
-  instances in rolling order and given to the first that passes the three checks; if none
-  does, it waits and is offered again when an instance reports (a window closes, a request
-  finishes) or every `status_interval_ms`. KV never leaves the instance that admitted it.
+  same policy objects (hastune.policies `Admission`, `SlackTracker`, `RollingActivation`) fed
+  with the instances' live state: requests go to a macro-instance (smooth weighted round robin
+  over the live members, preferring one where nobody waits); its oldest waiting request is
+  offered to its instances in rolling order and given to the first that passes the three
+  checks; if none does, it waits and is offered again when an instance reports (a window
+  closes, a request finishes) or every `status_interval_ms`. KV never leaves the instance
+  that admitted it.
 
 The engine calls `route` (continuous) or `hold` (windowed) for each arriving request and
 `on_event` for every event its run loop receives; `extra()` adds the mode's statistics to the
