@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from hastune.runs import RunResult
 from hastune.sim.common import StopRule
-from hastune.sim.result import RunResult
 
 if TYPE_CHECKING:
     from hastune.workload import RequestSet

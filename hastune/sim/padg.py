@@ -30,10 +30,10 @@ from hastune.cluster import Cluster
 from hastune.config import PaDGConfig
 from hastune.profile import Profile
 from hastune.recipe import SLO
+from hastune.runs import RunResult
 from hastune.sim.common import StopRule, build_result, check_gpus
 from hastune.sim.instance import InstanceTiming
 from hastune.sim.padg_run import PaDGRun
-from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
 
 
