@@ -143,16 +143,29 @@ class ReplicaDecode(DecodeWorker):
 
     def boundary(self, t: float) -> tuple[float, int]:
         """The first step boundary at or after t (t itself when nothing is decoding)."""
-        if self.n == 0 or t <= self.t0:
-            return (t if t > self.t0 else self.t0), self.step
-        m = self.steps_until(t)
-        return self.time_of(m), self.step + m
+        n, t0 = self.n, self.t0
+        if n == 0 or t <= t0:
+            return (t if t > t0 else t0), self.step
+        c, step = self.c, self.step  # steps_until(t) and time_of(m), inlined: once per request
+        alpha = self.a + self.b * n + c * (self.S + n * step)
+        beta = c * n * 0.5
+        if beta <= 0.0:
+            m = math.ceil((t - t0) / alpha - 1e-9)
+        else:
+            q = alpha - beta
+            m = math.ceil((-q + math.sqrt(q * q + 4.0 * beta * (t - t0))) / (2.0 * beta) - 1e-9)
+        if m < 1:
+            m = 1
+        return t0 + m * alpha + c * n * m * (m - 1) * 0.5, step + m
 
     def next_finish(self) -> tuple[float, int] | None:
-        if self.n == 0:
+        n = self.n
+        if n == 0:
             return None
         s = self.running[0][0]
-        return self.time_of(s - self.step), s
+        m, c, step = s - self.step, self.c, self.step  # time_of(m), inlined
+        return (self.t0 + m * (self.a + self.b * n + c * (self.S + n * step))
+                + c * n * m * (m - 1) * 0.5), s
 
     def advance(self, t: float, step: int, t_last: list[float]) -> list[tuple]:
         """Move to boundary `step` at time t; returns the entries that finished there."""

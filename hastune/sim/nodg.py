@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from heapq import heappush
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from hastune.sim.common import (
     check_gpus,
     request_lists,
 )
-from hastune.sim.events import PRIO_DONE
+from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, SimulationError
 from hastune.sim.instance import InstanceTiming, ReplicaDecode
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
@@ -126,12 +126,49 @@ class _Run:
         self.arr, self.n_open = loop.arr, loop.n_open
 
     def go(self) -> RunResult:
-        reps, step, arrive = self.reps, self.step, self.arrive
-        for t, _, _, kind, k, ver in self.loop.events(arrive):
-            if kind == ARRIVE:
-                arrive(k, t)
-            elif ver == reps[k].ver:
-                step(k, t)
+        """EventLoop.events inlined, with the handlers called from here (no generator, and a
+        superseded event is dropped before any call)."""
+        loop, reps, step, arrive = self.loop, self.reps, self.step, self.arrive
+        heap, arr, n_open = loop.heap, loop.arr, loop.n_open
+        watcher = loop.watcher
+        check = watcher.every if watcher is not None else n_open + 1  # arrivals between checks
+        i = popped = 0
+        t = 0.0
+        while True:
+            if i >= check:
+                if watcher.failed(i, t):  # type: ignore[union-attr]
+                    loop.stopped = True
+                    break
+                check = i + watcher.every  # type: ignore[union-attr]
+            if heap:
+                ev = heap[0]
+                if i < n_open:
+                    ta = arr[i]
+                    if ta < ev[0] or (ta == ev[0] and ev[1] >= PRIO_ARRIVE):
+                        t = ta
+                        arrive(i, ta)
+                        i += 1
+                        continue
+                heappop(heap)
+                te = ev[0]
+                if te < t:
+                    loop.arrived = i
+                    raise SimulationError(f"event kind {ev[3]} at t={te!r} is earlier than "
+                                          f"now={t!r}: a simulator scheduled it in the past")
+                popped += 1
+                t = te
+                k = ev[4]
+                if ev[3] == ARRIVE:
+                    arrive(k, te)
+                elif ev[5] == reps[k].ver:
+                    step(k, te)
+            elif i < n_open:
+                t = arr[i]
+                arrive(i, t)
+                i += 1
+            else:
+                break
+        loop.t, loop.popped, loop.arrived = t, popped, i
         return self.result()
 
     def done(self, q: int, t: float) -> None:
@@ -179,7 +216,15 @@ class _Run:
         if rp.in_iter:
             rp.in_iter = False
             if rp.decodes:
-                fin = d.advance(t, rp.target, self.t_last)
+                s = rp.target
+                run = d.running
+                if run[0][0] <= s:  # (decodes: n > 0)
+                    fin = d.advance(t, s, self.t_last)
+                else:  # advance, inlined: nothing finishes
+                    d.steps_run += s - d.step
+                    d.step = s
+                    d.t0 = t
+                    fin = ()
             else:
                 fin = ()
                 d.t0 = t
