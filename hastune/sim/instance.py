@@ -53,6 +53,8 @@ class InstanceTiming:
             per_context_token_s=dec.per_context_token_s / pp,
             max_batch=dec.max_batch * pp)
         self.encode = prof.encode
+        fixed = self.d_fixed if self.d_fixed > self.p_fixed else self.p_fixed
+        self.mixed_fixed = fixed + pp * self.hop_lat  # mixed(): the first sum of a mixed step
         free = mem.gpu_bytes * mem.utilisation - mem.weight_bytes / pp - mem.activation_bytes
         kv_gpu = mem.kv_bytes_per_token / pp
         self.kv_cap_text = int(free // kv_gpu) if free > 0 else 0
@@ -94,9 +96,7 @@ class InstanceTiming:
             pf += (self.pp - 1) * (self.hop_lat + chunk * self.hop_tok)
         if n == 0:
             return self.p_fixed + pf
-        fixed = self.d_fixed if self.d_fixed > self.p_fixed else self.p_fixed
-        return (fixed + self.pp * self.hop_lat + d.per_seq_s * n + d.per_context_token_s * ctx
-                + pf)
+        return self.mixed_fixed + d.per_seq_s * n + d.per_context_token_s * ctx + pf
 
     def mixed_run(self, k: int, t: float, n: int, ctx: float, chunk: float, done: float,
                   busy: float, longest: float) -> tuple[float, float, float]:
@@ -113,14 +113,10 @@ class InstanceTiming:
             base, per_ctx = self.p_fixed, 0.0  # p_fixed + 0.0 × ctx is p_fixed exactly
         else:
             d = self.decode
-            fixed = self.d_fixed if self.d_fixed > self.p_fixed else self.p_fixed
-            base, per_ctx = fixed + self.pp * self.hop_lat + d.per_seq_s * n, d.per_context_token_s
+            base, per_ctx = self.mixed_fixed + d.per_seq_s * n, d.per_context_token_s
         for _ in range(k):
-            d1 = done + chunk
-            if hop:
-                dur = base + per_ctx * ctx + (pf0 + p_sq * (d1 * d1 - done * done) + hop)
-            else:
-                dur = base + per_ctx * ctx + (pf0 + p_sq * (d1 * d1 - done * done))
+            d1 = done + chunk  # (+ hop: + 0.0 leaves a positive sum as it is)
+            dur = base + per_ctx * ctx + (pf0 + p_sq * (d1 * d1 - done * done) + hop)
             t += dur
             busy += dur
             if dur > longest:

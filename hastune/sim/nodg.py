@@ -124,6 +124,7 @@ class _Run:
         self.closed = loop.closed
         self.next_arrival = 0  # the first pre-computed arrival not seen yet (open loop)
         self.arr, self.n_open = loop.arr, loop.n_open
+        self.early_ok = self.ahead and not self.closed  # arrive: a boundary taken ahead
 
     def go(self) -> RunResult:
         """EventLoop.events inlined, with the handlers called from here (no generator, and a
@@ -193,13 +194,20 @@ class _Run:
             rp.dec.t0 = t
             self.plan(k, t)
         elif not rp.in_iter:  # decoding only: the next step boundary takes it
-            tb, sb = rp.dec.boundary(t)
+            d = rp.dec
+            tb, sb = d.boundary(t)
             if tb < rp.ev_t:
-                i = self.next_arrival  # nothing else comes first: that boundary, now
-                if self.ahead and not self.closed and (i >= self.n_open or self.arr[i] >= tb):
-                    d = rp.dec  # (for a run stopped before tb: result)
-                    rp.early = (tb, d.steps_run, rp.iters, rp.prefill_s, rp.max_iter)
-                    d.advance(tb, sb, self.t_last)  # (before the next finish)
+                i = q + 1  # nothing else comes first: that boundary, now
+                if self.early_ok and (i >= self.n_open or self.arr[i] >= tb):
+                    s = d.steps_run  # (for a run stopped before tb: result)
+                    rp.early = (tb, s, rp.iters, rp.prefill_s, rp.max_iter)
+                    run = d.running
+                    if run and run[0][0] <= sb:
+                        d.advance(tb, sb, self.t_last)
+                    else:  # advance, inlined: before the next finish
+                        d.steps_run = s + (sb - d.step)
+                        d.step = sb
+                        d.t0 = tb
                     self.plan(k, tb)
                     rp.early_ver = rp.ver
                     return
@@ -257,21 +265,18 @@ class _Run:
         rp = self.reps[k]
         d = rp.dec
         sched = rp.sched
+        nd = d.n
         if sched.waiting:
-            sched.admit(d.n, d.reserved)
+            sched.admit(nd, d.reserved)
         if sched.prefilling:
-            chunks, tokens, sq = sched.plan(d.n)
+            chunks, tokens, sq = sched.plan(nd)
             if tokens > 0:
-                n = d.n if self.chunked else 0
-                ctx = d.S + d.n * d.step  # d.context
-                tm = rp.tm
-                enc = 0.0
+                n = nd if self.chunked else 0
+                ctx = d.S + nd * d.step  # d.context
                 if self.mm:  # encode inline the payloads of the prompts it starts
-                    enc_s = self.enc_s
-                    for p, c in chunks:
-                        if p.done == c:
-                            enc += enc_s[p.req]
-                dur = enc + tm.mixed(n, ctx, tokens, sq)  # as iteration_s
+                    dur = self.iteration_s(rp, chunks, tokens, sq, n, ctx)
+                else:  # (0.0 + a duration is that duration)
+                    dur = rp.tm.mixed(n, ctx, tokens, sq)
                 rp.prefill_s += dur
                 if dur > rp.max_iter:
                     rp.max_iter = dur
@@ -284,16 +289,16 @@ class _Run:
                     p = chunks[0][0]
                     if p.total - p.done > tokens + tokens:  # a run pays from 2 iterations on
                         t_end = self.chunk_run(rp, t_end, ctx, dur)
-                rp.ver += 1
+                v = rp.ver = rp.ver + 1
                 rp.ev_t = t_end
-                heappush(self.heap, (t_end, PRIO_DONE, next(self.seq), STEP, k, rp.ver))
+                heappush(self.heap, (t_end, PRIO_DONE, next(self.seq), STEP, k, v))
                 return
-        if d.n > 0:
+        if nd > 0:
             tf, sf = d.next_finish()  # type: ignore[misc]
-            rp.ver += 1
+            v = rp.ver = rp.ver + 1
             rp.ev_t = tf
             rp.target = sf
-            heappush(self.heap, (tf, PRIO_DONE, next(self.seq), STEP, k, rp.ver))
+            heappush(self.heap, (tf, PRIO_DONE, next(self.seq), STEP, k, v))
         else:
             rp.active = False
             rp.ev_t = math.inf
