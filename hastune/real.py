@@ -73,6 +73,12 @@ class RealEvaluation:
         eng = self._engines.get(key)
         if eng is None:
             self.check(config, config_path)
+            from runners.engine.backend import preflight
+
+            # torch, the device, and no module:factory from a recipe (only --model may)
+            preflight(self.recipe.model, self.opts.device, model_from="model",
+                      path=self.recipe.path, fix="use a preset (ref-tiny, ref-small, "
+                      "ref-base); a module:factory model runs only as hastune serve --model")
             slo = self.recipe.slo
             try:
                 eng = Engine(config, EngineOptions(model=self.recipe.model,

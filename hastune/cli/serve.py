@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,6 +17,9 @@ from hastune import archs
 from hastune.cli import app
 from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s
 
+EXIT_REQUESTS_LOST = 5  # a load run in which requests were rejected at arrival or failed
+EXIT_INTERRUPTED = 130
+
 
 @app.command()
 def serve(
@@ -25,21 +30,30 @@ def serve(
     rate: float = typer.Option(5.0, "--rate", help="arrival rate of the load run (req/s)"),
     requests: int = typer.Option(200, "--requests", "-n", help="requests in the load run"),
     model: str | None = typer.Option(None, "--model",
-                                     help="model (default: the recipe's; else ref-small)"),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+                                     help="model: a preset, or package.module:factory (only "
+                                     "here; default: the recipe's preset, else ref-small)"),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N"),
     seed: int | None = typer.Option(None, "--seed", help="load seed (default: recipe's)"),
     as_json: bool = typer.Option(False, "--json", help="print the load run as JSON"),
+    admit: float = typer.Option(0.5, "--admit-factor", help="admission control: reject at "
+                                "arrival a request whose predicted TTFT exceeds this many "
+                                "TTFT SLOs (the recipe's); 0 turns it off"),
     backend: str = BACKEND_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
 ) -> None:
     """Start the engine's workers for CONFIG. With --recipe, run one load of --requests at
-    --rate and report every request as completed or failed; without, serve until Ctrl-C."""
+    --rate and report every request as completed, rejected at arrival (admission control
+    against the recipe's TTFT SLO) or failed; without, serve until Ctrl-C.
+
+    Exit codes: 0 every request completed; 2 bad input (files, options, no torch, an
+    unusable --device); 5 requests were rejected or failed (the count is printed);
+    130 interrupted (Ctrl-C)."""
     from hastune.config import load_config
     from hastune.errors import InputError
     from hastune.recipe import load_recipe
     from hastune.workload import sample_requests
     from runners.engine import Engine, EngineOptions
-    from runners.engine.backend import check
+    from runners.engine.backend import check, preflight
     from runners.engine.load import jobs_from, to_result
     from runners.engine.modes import check_config
 
@@ -47,24 +61,35 @@ def serve(
     check_config(cfg, config)
     if rate <= 0 or requests <= 0:
         raise InputError(None, "--rate/--requests", "must be > 0", "give positive values")
+    if not 0 <= admit < 1e6:  # also refuses nan
+        raise InputError(None, "--admit-factor", f"{admit} is not in [0, 1e6)",
+                         "give a factor such as 1, or 0 to turn admission control off")
     check(backend)
     rec = load_recipe(recipe) if recipe else None
     name = model or (rec.model if rec else "ref-small")
+    preflight(name, device, model_from="--model" if model else "model", path=recipe)
     con = Console(stderr=True, highlight=False)
+    stdout = _quiet_stdout() if as_json else None  # JSON alone on stdout
     t0 = time.perf_counter()
     try:
         slo = {"ttft_slo_s": rec.slo.ttft_s, "tpot_slo_s": rec.slo.tpot_s} if rec else {}
         eng = Engine(cfg, EngineOptions(model=name, device=device, backend=backend,
-                                        ray_address=ray_address, **slo),
+                                        ray_address=ray_address, admit_factor=admit or None,
+                                        **slo),
                      rate_hint=rate).start()
     except (RuntimeError, ValueError) as exc:
+        _restore(stdout)
         raise InputError(config, None, f"the engine could not start model {name!r}: {exc}",
-                         "check --model (ref-tiny, ref-small, ref-base, module:factory)") \
-            from None
+                         "see the worker's error above; check --model (ref-tiny, ref-small, "
+                         "ref-base, module:factory)") from None
+    except BaseException:
+        _restore(stdout)
+        raise
     workers = _workers(cfg)
     where = "" if backend == "local" else f" as {backend} actors"
     con.print(f"engine up: {cfg.architecture} with {workers}{where}, model {name} on {device} "
               f"({time.perf_counter() - t0:.1f} s)")
+    code = 0
     try:
         if rec is None:
             con.print("serving; Ctrl-C stops")
@@ -79,25 +104,69 @@ def serve(
             task = prog.add_task("requests", total=len(jobs))
             run = eng.run(jobs, offsets, rate,
                           on_progress=lambda done, n: prog.update(task, completed=done))
-        res = to_result(run, rec.workload.warmup)
-        out = res.summary(rec.slo)
-        out.update({"failed": len(run.failed), "failures": {str(k): v for k, v in
-                                                            sorted(run.failed.items())},
-                    "model": name, "seed": s, "wall_s": run.wall_s, **run.overhead})
-        if run.sm_split:  # encoder / local prefill split per encode worker
-            out["sm_split"] = run.sm_split
+        out = _report(run, to_result(run, rec.workload.warmup), rec.slo, name, s)
+        lost = len(run.rejected) + len(run.failed)
+        code = EXIT_REQUESTS_LOST if lost else 0
+        out["exit_code"] = code
+        _restore(stdout)
+        stdout = None
         if as_json:
-            print(dumps(out))
+            print(dumps(out), flush=True)
         else:
-            con.print(f"{out['completed']} completed, {out['failed']} failed of "
-                      f"{len(jobs)}; TTFT P90 {fmt_s(out['ttft_p90_s'])}, TPOT P90 "
+            con.print(f"{out['completed']} completed, {out['rejected_at_arrival']} rejected at "
+                      f"arrival, {out['failed']} failed of {len(jobs)}; TTFT P90 "
+                      f"{fmt_s(out['ttft_p90_s'])} (completed: "
+                      f"{fmt_s(out['ttft_p90_completed_s'])}), TPOT P90 "
                       f"{fmt_s(out['tpot_p90_s'])}, attainment {out['attainment']:.1%}; "
                       f"decode overhead {run.overhead['decode_overhead_share']:.1%} of model "
                       f"step time; {run.wall_s:.1f} s")
+        if lost:
+            con.print(f"[bold red]error:[/] {lost} of {len(jobs)} requests were not served "
+                      f"({len(run.rejected)} rejected at arrival, {len(run.failed)} failed)"
+                      f"; exit code {code}")
     except KeyboardInterrupt:
-        pass
+        code = EXIT_INTERRUPTED
+        con.print("interrupted")
     finally:
+        _restore(stdout)
         eng.stop()
+    if code:
+        raise typer.Exit(code)
+
+
+def _report(run, res, slo, name: str, seed: int) -> dict:
+    """The load run's JSON record: the summary, and every request accounted for
+    (sent = completed + rejected_at_arrival + failed)."""
+    import numpy as np
+
+    out = res.summary(slo)
+    done = res.ttft_measured()
+    done = done[np.isfinite(done)]
+    out.update({"sent": len(run.arrival), "failed": len(run.failed),
+                "rejected_at_arrival": len(run.rejected),
+                "ttft_p90_completed_s": (float(np.percentile(done, 90, method="higher"))
+                                         if done.size else 0.0),
+                "failures": {str(k): v for k, v in sorted(run.failed.items())},
+                "model": name, "seed": seed, "wall_s": run.wall_s, **run.overhead})
+    if run.sm_split:  # encoder / local prefill split per encode worker
+        out["sm_split"] = run.sm_split
+    return out
+
+
+def _quiet_stdout() -> int:
+    """Point file descriptor 1 at stderr (for this process and every process it starts:
+    workers, Ray's daemons) so that only the JSON reaches stdout; returns the saved fd."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    return saved
+
+
+def _restore(saved: int | None) -> None:
+    if saved is not None:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _workers(cfg) -> str:

@@ -63,3 +63,37 @@ def close(ctx: Any) -> None:
     fn = getattr(ctx, "close", None)
     if fn is not None:
         fn()
+
+
+def preflight(model: str, device: str, *, model_from: str = "--model",
+              path: Any = None, fix: str | None = None) -> None:
+    """InputError naming the real cause, before any worker starts, for what would otherwise
+    fail in every worker: torch missing, a device that is not cpu / cuda[:N] or that torch
+    cannot use, and a `module:factory` model that did not come from the command line
+    (`model_from` is "--model" only then: a recipe's `model:` must not import modules)."""
+    import importlib.util
+    import re
+
+    if ":" in model and model_from != "--model":
+        raise InputError(path, model_from, f"model {model!r} names a module:factory, which "
+                         "only --model on the command line may load (it imports that module "
+                         "in every worker)", fix or f"pass --model {model} to load it, or "
+                         "use a preset (ref-tiny, ref-small, ref-base)")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise InputError(None, "--device", f"unknown device {device!r}",
+                         "use cpu, cuda or cuda:N")
+    if importlib.util.find_spec("torch") is None:
+        raise InputError(None, None, "the engine's workers need torch, which is not "
+                         "installed", "pip install torch (CPU only: pip install torch "
+                         "--index-url https://download.pytorch.org/whl/cpu)")
+    if device.startswith("cuda"):
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        k = int(device.partition(":")[2] or 0)
+        if k >= n:
+            raise InputError(None, "--device", f"--device {device}, but torch "
+                             f"{torch.__version__} (CUDA {torch.version.cuda or 'none'}) "
+                             f"sees {n} CUDA device{'s' if n != 1 else ''}",
+                             "use --device cpu, or a CUDA build of torch on a machine with a "
+                             "working NVIDIA driver")

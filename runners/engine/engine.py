@@ -23,6 +23,7 @@ import numpy as np
 
 from hastune import archs
 from runners.engine import backend
+from runners.engine.admission import EV_REJECTED, AdmissionGate
 from runners.engine.messages import (
     EV_DONE,
     EV_ENCODED,
@@ -57,6 +58,9 @@ class EngineOptions:
     drain_timeout_s: float = 60.0  # after the last arrival, how long to wait for stragglers
     ttft_slo_s: float | None = None  # the windowed mode's admission checks (default 5 s / 0.1 s)
     tpot_slo_s: float | None = None
+    # admission control (runners/engine/admission.py), on when ttft_slo_s is given: reject at
+    # arrival a request whose predicted TTFT exceeds admit_factor × ttft_slo_s (None: off)
+    admit_factor: float | None = 0.5
     backend: str = "local"         # local processes, or ray actors (runners/engine/backend.py)
     ray_address: str | None = None  # the Ray cluster to join (default: a local one)
 
@@ -69,6 +73,8 @@ class RunRecord:
     last: np.ndarray
     tokens: np.ndarray
     failed: dict[int, str] = field(default_factory=dict)
+    # rejected at arrival by admission control (never started): rid → reason
+    rejected: dict[int, str] = field(default_factory=dict)
     overhead: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
     # disaggregated mode: how each encode worker split its device with its local prefill
@@ -88,6 +94,7 @@ class Engine:
         self.started = False
         self.mode: Any = None  # replica modes: routes requests and reads what replicas report
         self.sm_split: dict[str, dict] = {}  # encode worker → its last DevicePartition report
+        self.gate: AdmissionGate | None = None
 
     # -- life cycle ---------------------------------------------------------------------
     def start(self) -> Engine:
@@ -99,6 +106,7 @@ class Engine:
         if arch.engine_mode != "disaggregated":  # replica modes: runners/engine/modes.py
             self.mode = launch(self, ctx)
             self.started = True
+            self._gate(len(self.names))
             return self
         static = not arch.local_prefill(cfg)  # type: ignore[attr-defined]
         e_names = [f"E{i}" for i in range(cfg.n_E)]
@@ -129,7 +137,15 @@ class Engine:
         self.wait_ready(self.names)
         self.started = True
         self._static = static
+        self._gate(len(e_names))
         return self
+
+    def _gate(self, entry_workers: int) -> None:
+        """Admission control against the TTFT SLO, when there is one."""
+        o = self.opts
+        if o.ttft_slo_s is not None and o.admit_factor is not None:
+            self.gate = AdmissionGate(o.ttft_slo_s, o.admit_factor,
+                                      prior=max(4, 2 * entry_workers))
 
     def wait_ready(self, names: list[str]) -> None:
         """Block until every worker in `names` reported ready (it loaded its model); stop the
@@ -207,6 +223,10 @@ class Engine:
         tokens = np.zeros(n)
         arrival = np.full(n, math.nan)
         failed: dict[int, str] = {}
+        rejected: dict[int, str] = {}
+        gate = self.gate
+        if gate is not None:
+            gate.begin()
         owner: dict[int, str] = {}
         index = {j.rid: k for k, j in enumerate(jobs)}
         dead: set[str] = {n_ for n_ in self.names if not self.shared.is_alive(n_)}
@@ -221,9 +241,16 @@ class Engine:
                 delay = t0 + off - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
+                job.arrival = time.monotonic()
+                if gate is not None:
+                    why = gate.offer(job.arrival)
+                    if why is not None:  # the run loop counts it; it never reaches a worker
+                        with lock:
+                            arrival[index[job.rid]] = job.arrival
+                        self.events.put((EV_REJECTED, job.rid, "frontend", job.arrival, why))
+                        continue
                 e = (self.mode.route(job) if self.mode is not None
                      else self.e_names[k % len(self.e_names)])
-                job.arrival = time.monotonic()
                 with lock:
                     arrival[index[job.rid]] = job.arrival
                     owner[job.rid] = e
@@ -243,14 +270,16 @@ class Engine:
 
         def fail(rid: int, why: str) -> None:
             nonlocal finished
-            if rid not in failed and math.isnan(last[index[rid]]):
+            if rid not in failed and rid not in rejected and math.isnan(last[index[rid]]):
                 failed[rid] = why
                 finished += 1
+                if gate is not None and math.isnan(first[index[rid]]):
+                    gate.gone(time.monotonic())
 
         while finished < n:
             if time.monotonic() > end_by:
                 for j in jobs:
-                    if math.isnan(last[index[j.rid]]) and j.rid not in failed:
+                    if math.isnan(last[index[j.rid]]):
                         fail(j.rid, "timed out")
                 break
             for name, p in self.procs.items():
@@ -268,7 +297,7 @@ class Engine:
                 if self.mode is not None:
                     self.mode.on_event(kind, rid, name, t, extra)
             except queue.Empty:
-                finished = sum(1 for j in jobs if j.rid in failed
+                finished = sum(1 for j in jobs if j.rid in failed or j.rid in rejected
                                or not math.isnan(last[index[j.rid]]))
                 continue
             if kind == EV_STEP:
@@ -277,9 +306,17 @@ class Engine:
             if kind == EV_SPLIT:
                 self.sm_split[name] = extra
                 continue
-            if rid not in index or rid in failed:
+            if rid not in index or rid in failed or rid in rejected:
                 continue
             k = index[rid]
+            if kind == EV_REJECTED:
+                rejected[rid] = str(extra)
+                finished += 1
+                if on_progress:
+                    on_progress(finished, n)
+                continue
+            if gate is not None and math.isnan(first[k]) and kind in (EV_FIRST, EV_DONE):
+                gate.first(t)
             with lock:
                 if kind == EV_ENCODED:
                     owner[rid] = extra
@@ -308,9 +345,10 @@ class Engine:
             self.mode.end_run()
         model_s = sum(v[0] for v in overhead.values())
         over_s = sum(v[1] for v in overhead.values())
-        return RunRecord(rate, arrival, first, last, tokens, failed,
+        return RunRecord(rate, arrival, first, last, tokens, failed, rejected,
                          {"decode_model_s": model_s, "decode_overhead_s": over_s,
                           "decode_steps": float(sum(v[2] for v in overhead.values())),
                           "decode_overhead_share": over_s / model_s if model_s else 0.0,
-                          **(self.mode.extra() if self.mode is not None else {})},
+                          **(self.mode.extra() if self.mode is not None else {}),
+                          **(gate.extra() if gate is not None else {})},
                          time.monotonic() - wall0, dict(self.sm_split))

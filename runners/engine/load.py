@@ -31,11 +31,15 @@ def jobs_from(reqs: RequestSet, rate: float, vocab: int, seed: int,
 
 
 def to_result(rec: RunRecord, warmup: float) -> RunResult:
-    """The RunResult of an engine run (failed requests count as rejected: inf)."""
-    ttft, tpot = latencies(rec.arrival, rec.first, rec.last, rec.tokens, rec.failed)
+    """The RunResult of an engine run: requests rejected at arrival (admission control) and
+    failed ones both count as rejected (TTFT = TPOT = inf); `extra` keeps the two apart
+    (`rejected_at_arrival`, `failed`)."""
+    lost = set(rec.failed) | set(rec.rejected)
+    ttft, tpot = latencies(rec.arrival, rec.first, rec.last, rec.tokens, lost)
     n = len(ttft)
     return RunResult(rate=rec.rate, ttft=ttft, tpot=tpot, warmup=int(warmup * n),
-                     rejected=len(rec.failed), wall_s=rec.wall_s,
-                     extra={"failed": float(len(rec.failed)), **rec.overhead},
+                     rejected=len(lost), wall_s=rec.wall_s,
+                     extra={"failed": float(len(rec.failed)),
+                            "rejected_at_arrival": float(len(rec.rejected)), **rec.overhead},
                      arrival=np.asarray(rec.arrival, dtype=float),
                      finish=np.asarray(rec.last, dtype=float))

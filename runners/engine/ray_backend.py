@@ -41,8 +41,10 @@ def init_ray(address: str | None = None) -> None:
                              "(RAY_AUTH_TOKEN, `ray get-auth-token`) here too") from None
         return
     quiet["logging_level"] = logging.ERROR  # not the notice that local clusters use a token
+    # a private cluster listens on the loopback only (GCS, raylet, object manager; no dashboard)
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, LOCAL_CLUSTER_CPUS),
-             object_store_memory=LOCAL_OBJECT_STORE, include_dashboard=False, **quiet)
+             object_store_memory=LOCAL_OBJECT_STORE, include_dashboard=False,
+             _node_ip_address="127.0.0.1", **quiet)
 
 
 def _reachable(address: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import threading
 import time
 from collections import deque
@@ -59,6 +60,10 @@ def _least(load: Any, names: list[str], shared: Shared) -> int | None:
 
 def _setup(opts: dict) -> Any:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:  # Ctrl-C reaches the whole process group: the frontend stops its workers itself
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:
+        pass  # not the main thread (a Ray actor's task): Ray delivers no SIGINT there
     import torch
 
     torch.set_num_threads(opts.get("threads", 1))
