@@ -94,21 +94,35 @@ class IterationScheduler:
         counted in each request's `done` (a request starts its prompt when done == tokens);
         with their tokens and the Σ L² their attention adds (Σ done_after² − done_before²).
         No chunks: nothing to prefill, or no room beside the decode batch."""
-        chunked = self.chunked
-        budget = self.chunk - running if chunked else self.prefill_tokens
         chunks: list[tuple[Prompted, float]] = []
         tokens = sq = 0.0
+        if self.chunked:
+            budget = self.chunk - running
+            for p in self.prefilling:
+                if budget <= 0:
+                    break
+                d0 = p.done
+                c = p.total - d0
+                if c >= budget:  # the last chunk that fits: the budget is spent
+                    if c > budget:
+                        c = budget
+                    d1 = p.done = d0 + c
+                    chunks.append((p, c))
+                    return chunks, tokens + c, sq + (d1 * d1 - d0 * d0)
+                d1 = p.done = d0 + c
+                chunks.append((p, c))
+                sq += d1 * d1 - d0 * d0
+                tokens += c
+                budget -= c
+            return chunks, tokens, sq
+        budget = self.prefill_tokens
         for p in self.prefilling:
             if budget <= 0:
                 break
             d0 = p.done
             c = p.total - d0
-            if c > budget:
-                if not chunked:
-                    if chunks:
-                        break  # a whole prompt over the budget runs alone
-                else:
-                    c = budget
+            if c > budget and chunks:
+                break  # a whole prompt over the budget runs alone
             d1 = p.done = d0 + c
             chunks.append((p, c))
             sq += d1 * d1 - d0 * d0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from heapq import heappop, heappush
+from heapq import heappush
 
 import numpy as np
 
@@ -36,14 +36,13 @@ from hastune.policies import IterationScheduler, LeastInFlight, Prompt
 from hastune.profile import Profile
 from hastune.recipe import SLO
 from hastune.sim.common import (
-    ARRIVE,
     EventLoop,
     StopRule,
     build_result,
     check_gpus,
     request_lists,
 )
-from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, SimulationError
+from hastune.sim.events import PRIO_DONE
 from hastune.sim.instance import InstanceTiming, ReplicaDecode
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
@@ -127,49 +126,7 @@ class _Run:
         self.early_ok = self.ahead and not self.closed  # arrive: a boundary taken ahead
 
     def go(self) -> RunResult:
-        """EventLoop.events inlined, with the handlers called from here (no generator, and a
-        superseded event is dropped before any call)."""
-        loop, reps, step, arrive = self.loop, self.reps, self.step, self.arrive
-        heap, arr, n_open = loop.heap, loop.arr, loop.n_open
-        watcher = loop.watcher
-        check = watcher.every if watcher is not None else n_open + 1  # arrivals between checks
-        i = popped = 0
-        t = 0.0
-        while True:
-            if i >= check:
-                if watcher.failed(i, t):  # type: ignore[union-attr]
-                    loop.stopped = True
-                    break
-                check = i + watcher.every  # type: ignore[union-attr]
-            if heap:
-                ev = heap[0]
-                if i < n_open:
-                    ta = arr[i]
-                    if ta < ev[0] or (ta == ev[0] and ev[1] >= PRIO_ARRIVE):
-                        t = ta
-                        arrive(i, ta)
-                        i += 1
-                        continue
-                heappop(heap)
-                te = ev[0]
-                if te < t:
-                    loop.arrived = i
-                    raise SimulationError(f"event kind {ev[3]} at t={te!r} is earlier than "
-                                          f"now={t!r}: a simulator scheduled it in the past")
-                popped += 1
-                t = te
-                k = ev[4]
-                if ev[3] == ARRIVE:
-                    arrive(k, te)
-                elif ev[5] == reps[k].ver:
-                    step(k, te)
-            elif i < n_open:
-                t = arr[i]
-                arrive(i, t)
-                i += 1
-            else:
-                break
-        loop.t, loop.popped, loop.arrived = t, popped, i
+        self.loop.run_versioned(self.arrive, self.step, self.reps)
         return self.result()
 
     def done(self, q: int, t: float) -> None:
@@ -351,7 +308,10 @@ class _Run:
             i = self.next_arrival  # the first arrival not seen yet
             if (not self.closed and (i >= self.n_open or self.arr[i] >= t)) or sched.fills(n):
                 chunks, tokens, sq = sched.plan(n)
-                last = self.iteration_s(rp, chunks, tokens, sq, n, ctx + n * run)
+                if self.mm:
+                    last = self.iteration_s(rp, chunks, tokens, sq, n, ctx + n * run)
+                else:  # (0.0 + a duration is that duration)
+                    last = rp.tm.mixed(n, ctx + n * run, tokens, sq)
                 t += last
                 rp.prefill_s += last
                 if last > rp.max_iter:
