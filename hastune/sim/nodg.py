@@ -120,6 +120,7 @@ class _Run:
             tm.kv_cap = tm.kv_cap_mm if mm else tm.kv_cap_text
         self.reps = [_Replica(tm, tm.kv_cap, chunk) for tm in sim.timings]
         self.router = LeastInFlight(len(self.reps))
+        self.route, self.finish = self.router.route, self.router.finish
         self.closed = loop.closed
         self.next_arrival = 0  # the first pre-computed arrival not seen yet (open loop)
         self.arr, self.n_open = loop.arr, loop.n_open
@@ -131,13 +132,13 @@ class _Run:
 
     def done(self, q: int, t: float) -> None:
         """Request q left the system at t (finished or rejected)."""
-        self.router.finish(q)
+        self.finish(q)
         if self.closed:
             self.loop.finished(q, t)
 
     def arrive(self, q: int, t: float) -> None:
         self.next_arrival = q + 1
-        k = self.router.route(q)
+        k = self.route(q)
         rp = self.reps[k]
         pre = self.pre_tok[q]
         if not rp.sched.add(Prompt(q, pre + self.out_tok[q], pre)):
@@ -207,13 +208,21 @@ class _Run:
         else:
             fin = d.advance(t, rp.target, self.t_last)
         if fin:
-            finish = self.router.finish
+            finish = self.finish
             for e in fin:
                 finish(e[1])
             if self.closed:
                 for e in fin:
                     self.loop.finished(e[1], t)
-        self.plan(k, t)
+        sched = rp.sched
+        if sched.waiting or sched.prefilling or d.n == 0:
+            self.plan(k, t)
+        else:  # plan, inlined: decode to the next finish
+            tf, sf = d.next_finish()  # type: ignore[misc]
+            v = rp.ver = rp.ver + 1
+            rp.ev_t = tf
+            rp.target = sf
+            heappush(self.heap, (tf, PRIO_DONE, next(self.seq), STEP, k, v))
 
     def plan(self, k: int, t: float) -> None:
         """Replica k at t, between iterations: admit, then start the next iteration that
