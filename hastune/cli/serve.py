@@ -35,9 +35,10 @@ def serve(
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N"),
     seed: int | None = typer.Option(None, "--seed", help="load seed (default: recipe's)"),
     as_json: bool = typer.Option(False, "--json", help="print the load run as JSON"),
-    admit: float = typer.Option(0.5, "--admit-factor", help="admission control: reject at "
-                                "arrival a request whose predicted TTFT exceeds this many "
-                                "TTFT SLOs (the recipe's); 0 turns it off"),
+    admit: float = typer.Option(2.0, "--admit-margin", help="admission control: reject at "
+                                "arrival a request whose predicted TTFT, its wait counted "
+                                "this many times, exceeds the recipe's TTFT SLO; 0 turns it "
+                                "off"),
     backend: str = BACKEND_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
 ) -> None:
@@ -62,8 +63,8 @@ def serve(
     if rate <= 0 or requests <= 0:
         raise InputError(None, "--rate/--requests", "must be > 0", "give positive values")
     if not 0 <= admit < 1e6:  # also refuses nan
-        raise InputError(None, "--admit-factor", f"{admit} is not in [0, 1e6)",
-                         "give a factor such as 1, or 0 to turn admission control off")
+        raise InputError(None, "--admit-margin", f"{admit} is not in [0, 1e6)",
+                         "give a margin such as 2, or 0 to turn admission control off")
     check(backend)
     rec = load_recipe(recipe) if recipe else None
     name = model or (rec.model if rec else "ref-small")
@@ -74,7 +75,7 @@ def serve(
     try:
         slo = {"ttft_slo_s": rec.slo.ttft_s, "tpot_slo_s": rec.slo.tpot_s} if rec else {}
         eng = Engine(cfg, EngineOptions(model=name, device=device, backend=backend,
-                                        ray_address=ray_address, admit_factor=admit or None,
+                                        ray_address=ray_address, admit_margin=admit or None,
                                         **slo),
                      rate_hint=rate).start()
     except (RuntimeError, ValueError) as exc:

@@ -59,8 +59,9 @@ class EngineOptions:
     ttft_slo_s: float | None = None  # the windowed mode's admission checks (default 5 s / 0.1 s)
     tpot_slo_s: float | None = None
     # admission control (runners/engine/admission.py), on when ttft_slo_s is given: reject at
-    # arrival a request whose predicted TTFT exceeds admit_factor × ttft_slo_s (None: off)
-    admit_factor: float | None = 0.5
+    # arrival a request whose predicted TTFT (the wait counted admit_margin times) exceeds
+    # ttft_slo_s (None: off)
+    admit_margin: float | None = 2.0
     backend: str = "local"         # local processes, or ray actors (runners/engine/backend.py)
     ray_address: str | None = None  # the Ray cluster to join (default: a local one)
 
@@ -143,8 +144,8 @@ class Engine:
     def _gate(self, entry_workers: int) -> None:
         """Admission control against the TTFT SLO, when there is one."""
         o = self.opts
-        if o.ttft_slo_s is not None and o.admit_factor is not None:
-            self.gate = AdmissionGate(o.ttft_slo_s, o.admit_factor,
+        if o.ttft_slo_s is not None and o.admit_margin is not None:
+            self.gate = AdmissionGate(o.ttft_slo_s, o.admit_margin,
                                       prior=max(4, 2 * entry_workers))
 
     def wait_ready(self, names: list[str]) -> None:
@@ -243,7 +244,7 @@ class Engine:
                     time.sleep(delay)
                 job.arrival = time.monotonic()
                 if gate is not None:
-                    why = gate.offer(job.arrival)
+                    why = gate.offer(job.rid, job.arrival)
                     if why is not None:  # the run loop counts it; it never reaches a worker
                         with lock:
                             arrival[index[job.rid]] = job.arrival
@@ -273,8 +274,8 @@ class Engine:
             if rid not in failed and rid not in rejected and math.isnan(last[index[rid]]):
                 failed[rid] = why
                 finished += 1
-                if gate is not None and math.isnan(first[index[rid]]):
-                    gate.gone(time.monotonic())
+                if gate is not None:
+                    gate.gone(rid)
 
         while finished < n:
             if time.monotonic() > end_by:
@@ -316,7 +317,7 @@ class Engine:
                     on_progress(finished, n)
                 continue
             if gate is not None and math.isnan(first[k]) and kind in (EV_FIRST, EV_DONE):
-                gate.first(t)
+                gate.first(rid, t)
             with lock:
                 if kind == EV_ENCODED:
                     owner[rid] = extra

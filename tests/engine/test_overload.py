@@ -25,25 +25,26 @@ EXIT_REQUESTS_LOST = 5
 
 
 def test_admission_rule_on_a_fake_clock():
-    g = AdmissionGate(ttft_slo_s=0.5, factor=1.0, prior=2, min_firsts=3)
-    assert g.offer(0.0) is None and g.offer(0.0) is None
-    assert "not measured" in g.offer(0.0)  # no service rate yet: at most `prior` wait
-    for t in (0.1, 0.2):  # two first tokens; busy 0.2 s
-        g.first(t)
-    assert g.q == 0 and g.rate() is None  # still fewer than min_firsts
-    assert g.offer(0.2) is None
-    g.first(0.3)  # three first tokens over 0.3 busy seconds: ~10/s
-    assert g.rate() == pytest.approx(10.0, rel=0.05)
-    # predicted TTFT (q + 1) / 10 ≤ 0.5 s: five admitted at once, the sixth refused
-    assert all(g.offer(0.3) is None for _ in range(5))
-    why = g.offer(0.3)
-    assert why is not None and "predicted TTFT" in why and g.q == 5
-    g.gone(0.3)  # a waiting request failed: the queue shrinks, idle time is not busy time
-    busy = g.busy
-    g.begin()
-    g.offer(10.0)
-    assert g.busy == pytest.approx(busy * 2.718281828 ** (-(10.0 - 0.3) / g.tau), rel=1e-6)
-    assert g.extra()["admission_max_waiting"] == 1.0 and g.rejected == 0
+    g = AdmissionGate(ttft_slo_s=0.5, margin=2.0, prior=3, min_firsts=3)
+    for rid in range(3):
+        assert g.offer(rid, 0.0) is None  # at most `prior` wait before a prediction
+    assert "not measured" in g.offer(3, 0.0)
+    g.first(0, 0.1)   # nobody was ahead: L = 0.1 s
+    g.first(1, 0.15)  # one ahead: adds 0.05 s
+    g.first(2, 0.2)   # two ahead: 0.05 s each
+    assert g.base == pytest.approx(0.1) and g.per_ahead == pytest.approx(0.05)
+    # L + 2 × q × s ≤ 0.5 s: q ≤ 4 may wait, so five are admitted and the sixth refused
+    assert all(g.offer(rid, 0.2) is None for rid in range(10, 15))
+    why = g.offer(15, 0.2)
+    assert why is not None and "predicted TTFT 0.35 s, its tail 0.60 s" in why
+    for rid in range(10, 15):
+        g.gone(rid)  # failed before their first token: nobody waits
+    assert g.q == 0 and g.offer(16, 0.3) is None and g.offer(17, 0.3) is None
+    # the oldest has waited 0.45 s > SLO − L: the engine is behind, whatever L and s say
+    assert "the engine is behind" in g.offer(18, 0.75)
+    g.begin()  # a new run: the measurements stay, the queue is empty
+    assert g.q == 0 and g.base == pytest.approx(0.1)
+    assert g.extra()["admission_max_waiting"] == 0.0
 
 
 def test_serve_at_three_times_goodput_sheds_load():
