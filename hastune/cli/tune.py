@@ -129,7 +129,7 @@ def tune(
     from hastune.tune.storage import check_out, check_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    check_storage(storage)  # before any work: where the study and the outputs go
+    check_storage(storage, out)  # before any work: where the study and the outputs go
     check_out(out)
     base = None
     if baseline is not None:
@@ -158,12 +158,12 @@ def tune(
 
     try:
         bt = best_trial(st)
+        # the best config's probes and utilisation for the plots (simulated: a real re-run
+        # would cost as much as the trial itself)
+        final = tuner.ev.goodput(parse_config(bt.user_attrs["config"])) if bt else None
+        summary = summarize(tuner, st, time.perf_counter() - t0, final)
     except storage_errors() as exc:
-        fail([f"cannot read the study back: {one_line(exc)}", *failures])
-    # the best config's probes and utilisation for the plots (simulated: a real re-run would
-    # cost as much as the trial itself)
-    final = tuner.ev.goodput(parse_config(bt.user_attrs["config"])) if bt else None
-    summary = summarize(tuner, st, time.perf_counter() - t0, final)
+        fail([*failures, f"cannot read the study back ({one_line(exc)}): no outputs written"])
     code = 0 if summary["meets_slo"] else EXIT_NO_CONFIG
     if base is not None:
         prev = float(base.get("goodput_rps", 0.0))

@@ -20,8 +20,9 @@ def storage_errors() -> tuple[type[BaseException], ...]:
 
 
 def one_line(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    from hastune.tune.storage import root_cause
+
+    return root_cause(exc)
 
 
 def fail(failures: list[str]) -> None:

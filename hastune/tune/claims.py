@@ -23,10 +23,11 @@ committed, so a process that writes and then reads sees every write made before 
   (`TuneOptions.prepare_timeout_s`). Trial numbers follow creation order, and the role is
   written with the trial, so every process agrees on the lowest. Prepare trials end FAIL
   (they hold no parameters, which optuna's samplers would read as a search space).
-- **Dead processes** (`Reaper`): a RUNNING trial whose worker on this host is gone (its pid),
-  or whose heartbeat (`BEAT`, rewritten every BEAT_S by the worker while the trial runs) has
-  not changed for STALE_S on any host, is failed by whichever process sees it first; its claim
-  goes with it. WAITING trials (left by earlier versions) are failed the same way.
+- **Dead processes** (`Reaper`): a RUNNING trial whose worker on this host is gone (its pid,
+  or a zombie), or whose heartbeat (`BEAT`, rewritten every BEAT_S by the worker while the
+  trial runs) has not changed for STALE_S (this host or another), is failed by whichever
+  process sees it first; its claim goes with it. WAITING trials (left by earlier versions)
+  are failed the same way.
 """
 
 from __future__ import annotations
@@ -198,7 +199,11 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # a zombie (dead, not yet reaped by its parent) is dead
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 class Reaper:
@@ -216,9 +221,11 @@ class Reaper:
         if w is None:
             age = (datetime.datetime.now() - (t.datetime_start or datetime.datetime.now()))
             return "no worker named it" if age.total_seconds() > self.orphan_grace_s else None
+        if w == worker_id():
+            return None  # this process
         host, _, pid = w.rpartition(":")
-        if host == socket.gethostname() and pid.isdigit():
-            return None if _pid_alive(int(pid)) else f"its worker {w} is gone"
+        if host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid)):
+            return f"its worker {w} is gone"
         beat = t.system_attrs.get(BEAT)
         now = time.monotonic()
         prev = self.seen.get(t._trial_id)
@@ -231,6 +238,8 @@ class Reaper:
 
     def reap(self, study: optuna.Study) -> int:
         """Fail what is dead; returns how many."""
+        if is_memory(study):
+            return 0  # nothing but this process can have written to it
         n = 0
         storage = study._storage
         for t in study.get_trials(deepcopy=False, states=(RUNNING, WAITING)):

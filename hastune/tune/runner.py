@@ -42,6 +42,7 @@ from hastune.tune.storage import (
     check_out,
     check_storage,
     open_storage,
+    root_cause,
     storage_errors,
 )
 
@@ -107,7 +108,7 @@ class Tuner:
         if opts.workers < 1:
             raise InputError(None, "--workers", f"must be ≥ 1 (got {opts.workers})",
                              "give the number of worker processes")
-        check_storage(opts.storage)  # before any work: a storage that cannot work
+        check_storage(opts.storage, Path(opts.out))  # before any work: one that cannot work
         if opts.storage is None:
             check_out(Path(opts.out))
         self.recipe = recipe
@@ -134,9 +135,15 @@ class Tuner:
     def open_study(self, worker: int = 0) -> optuna.Study:
         storage = open_storage(self.opts.storage, Path(self.opts.out))
         sampler = make_sampler(self.opts.sampler, self.seed + worker)
-        study = optuna.create_study(storage=storage, study_name=self.study_name,
-                                    direction="maximize", sampler=sampler, load_if_exists=True)
-        self.reaper.reap(study)  # repair what dead processes left
+        try:
+            study = optuna.create_study(storage=storage, study_name=self.study_name,
+                                        direction="maximize", sampler=sampler,
+                                        load_if_exists=True)
+            self.reaper.reap(study)  # repair what dead processes left
+        except storage_errors() as exc:
+            raise InputError(self.opts.storage or self.opts.out, "--storage",
+                             f"cannot open study {self.study_name!r} ({root_cause(exc)})",
+                             "make the storage writable, or give another --storage") from None
         return study
 
     def feasible(self, cfg: Config) -> bool:
@@ -177,9 +184,12 @@ class Tuner:
         pruned = False
         t0 = time.monotonic()
         try:
-            while "survivors" not in study.user_attrs:
+            while True:
                 self.reaper.reap(study)
                 preparers = census(study).preparers
+                # after the census: a preparer stores the survivors before its trial ends
+                if "survivors" in study.user_attrs:
+                    break
                 if mine is not None and mine.number not in preparers:
                     mine = None  # failed under us (taken for dead): offer again
                 if mine is None and not preparers:
@@ -252,7 +262,7 @@ class Tuner:
             told = False
         except storage_errors() as exc:
             raise StorageFailure(
-                f"the study's storage refused a write ({str(exc).splitlines()[0]}); trial "
+                f"the study's storage refused a write ({root_cause(exc)}); trial "
                 f"#{trial.number} measured {res.goodput_rps:.3f} req/s for {attrs['key']} but "
                 "is not recorded. The trials finished before it are in the storage: make it "
                 "writable and run the same command to resume") from None

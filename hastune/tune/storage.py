@@ -59,8 +59,7 @@ def check_out(out: Path, option: str = "--out") -> None:
     if not out.exists():
         parent = out.absolute().parent
         if not parent.is_dir():
-            raise InputError(out, option, f"its parent directory {parent} does not exist",
-                             f"create it first (mkdir -p {parent}) or choose another {option}")
+            raise InputError(out, option, *_missing(parent, option))
         if not os.access(parent, os.W_OK | os.X_OK):
             raise InputError(out, option, f"cannot create it: {parent} is not writable",
                              f"choose another {option}")
@@ -68,22 +67,31 @@ def check_out(out: Path, option: str = "--out") -> None:
         raise InputError(out, option, "is not writable", f"choose another {option}")
 
 
-def _check_file(path: Path, kind: str) -> None:
-    """A storage file: its directory exists (nothing is created for it), it is not a
-    directory."""
+def _missing(parent: Path, option: str) -> tuple[str, str]:
+    """(problem, fix) for a path whose directory is not there."""
+    if parent.exists():
+        return f"{parent} is a file, not a directory", f"give another path for {option}"
+    return (f"directory {parent} does not exist",
+            f"create it first (mkdir -p {parent}) or give another path for {option}")
+
+
+def _check_file(path: Path, kind: str, out: Path | None) -> None:
+    """A storage file: its directory exists, or is `out` (which hastune creates; nothing else
+    is created for it); it is not a directory."""
     if path.is_dir():
         name = "study.log" if kind == "journal" else "study.db"
         raise InputError(path, "--storage", f"is a directory, not a {kind} file",
                          f"give a file path, e.g. {path / name}")
     parent = path.absolute().parent
     if not parent.is_dir():
-        raise InputError(path, "--storage", f"directory {parent} does not exist",
-                         f"create it first (mkdir -p {parent}) or give a path in an existing "
-                         "directory")
+        if out is not None and parent.resolve() == out.absolute().resolve():
+            check_out(out)
+            return
+        raise InputError(path, "--storage", *_missing(parent, "--storage"))
 
 
-def _check_journal(path: Path) -> None:
-    _check_file(path, "journal")
+def _check_journal(path: Path, out: Path | None) -> None:
+    _check_file(path, "journal", out)
     if not path.exists() or path.stat().st_size == 0:
         return
     import json
@@ -99,11 +107,11 @@ def _check_journal(path: Path) -> None:
                          "give a journal written by hastune / optuna, or a new file name")
 
 
-def _check_sqlite(database: str | None) -> None:
+def _check_sqlite(database: str | None, out: Path | None) -> None:
     if not database or database == ":memory:" or database.startswith("file:"):
         return
     path = Path(database)
-    _check_file(path, "SQLite")
+    _check_file(path, "SQLite", out)
     if not path.exists() or path.stat().st_size == 0:
         return
     try:
@@ -117,16 +125,17 @@ def _check_sqlite(database: str | None) -> None:
                          "give a study.db written by hastune / optuna, or a new file name")
 
 
-def check_storage(url: str | None) -> None:
+def check_storage(url: str | None, out: Path | None = None) -> None:
     """Refuse a storage URL that cannot work, before any work starts. None: the default
-    (DIR/study.db, checked with --out)."""
+    (DIR/study.db, checked with --out). A file in `out` (--out, which hastune creates) is
+    accepted before `out` exists."""
     if url is None or url == "memory":
         return
     if is_journal(url):
         if not url.removeprefix("journal:"):
             raise InputError(None, "--storage", "journal: needs a file path",
                              "use journal:PATH, e.g. journal:tune-out/study.log")
-        _check_journal(Path(url.removeprefix("journal:")))
+        _check_journal(Path(url.removeprefix("journal:")), out)
         return
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
@@ -149,7 +158,19 @@ def check_storage(url: str | None) -> None:
                          f"({exc.name or exc})", f"pip install {exc.name or 'the driver'}, "
                          "or use sqlite:///PATH or journal:PATH") from None
     if parsed.get_backend_name() == "sqlite":
-        _check_sqlite(parsed.database)
+        _check_sqlite(parsed.database, out)
+
+
+def storage_file(url: str) -> Path | None:
+    """The file a journal or SQLite storage URL names (None: memory, a server)."""
+    if url == "memory":
+        return None
+    if is_journal(url):
+        return Path(url.removeprefix("journal:"))
+    if url.startswith("sqlite:///"):
+        db = url.removeprefix("sqlite:///").partition("?")[0]
+        return None if db in ("", ":memory:") or db.startswith("file:") else Path(db)
+    return None
 
 
 def open_storage(url: str | None, out: Path | None) -> optuna.storages.BaseStorage:
@@ -158,7 +179,10 @@ def open_storage(url: str | None, out: Path | None) -> optuna.storages.BaseStora
         check_out(out)
         out.mkdir(exist_ok=True)
         url = default_url(out)
-    check_storage(url)
+    check_storage(url, out)
+    path = storage_file(url)
+    if out is not None and path is not None and not path.parent.exists():
+        out.mkdir()  # the file is in --out (check_storage refuses any other missing directory)
     if url == "memory":
         return optuna.storages.InMemoryStorage()
     if is_journal(url):
@@ -202,6 +226,17 @@ def _open_error(url: str, exc: Exception) -> InputError:
     return InputError(None, "--storage", f"cannot open {url}: {msg}",
                       "check the URL, that the database is reachable and writable, and that it "
                       "holds optuna studies (or is new)")
+
+
+def root_cause(exc: BaseException) -> str:
+    """The first line of the innermost cause ("attempt to write a readonly database", not
+    optuna's "An exception is raised during the commit")."""
+    while exc.__cause__ is not None or (exc.__context__ is not None
+                                        and not exc.__suppress_context__):
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    exc = getattr(exc, "orig", None) or exc
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def storage_errors() -> tuple[type[BaseException], ...]:
