@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 Config = AnyConfig
 log = logging.getLogger(__name__)
 # Suggestions in a row that evaluate nothing (duplicates, invalid, pruned) before the next
-# unevaluated survivor is enqueued. With pruning the survivors are ranked by bound, so an idle
+# unevaluated survivor is queued. With pruning the survivors are ranked by bound, so an idle
 # sampler is better replaced soon; without pruning the fall-back is the space's own order (no
 # better than a guess), so the sampler gets longer.
 IDLE_LIMIT = {True: 3, False: 10}
