@@ -36,7 +36,7 @@ from runners.engine.messages import (
     EV_WINDOW,
     STOP,
 )
-from runners.engine.workers import _setup
+from runners.engine.workers import _setup, guarded
 
 MODALITIES = ("image", "video", "audio")
 FIELDS = (
@@ -187,6 +187,7 @@ class _Replica:
                              (self.model_s, max(0.0, self.loop_s - self.model_s), self.iters)))
 
 
+@guarded
 def continuous_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
               status: Status) -> None:
     from runners.model.base import ServingModel
@@ -297,6 +298,7 @@ def _calibrate(model: Any) -> tuple[float, float, dict[str, tuple[int, float]]]:
     return a, b, enc
 
 
+@guarded
 def windowed_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
               status: Status) -> None:
     rp = _Replica(name, index, opts, events, status)

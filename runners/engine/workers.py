@@ -16,9 +16,11 @@ Load counters live in shared arrays, so routing sees every worker's load without
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -56,6 +58,29 @@ def _least(load: Any, names: list[str], shared: Shared) -> int | None:
         if shared.is_alive(n) and (best is None or load[i] < best):
             best, idx = load[i], i
     return idx
+
+
+def guarded(main: Any) -> Any:
+    """A worker main that ends in one line, not a traceback: a worker that fails (or whose
+    peers or frontend went away: broken pipes, closed queues) prints `worker NAME stopped:
+    Type: message` on stderr and exits 1, which the frontend sees as a dead worker.
+    HASTUNE_DEBUG=1 keeps the traceback."""
+
+    @functools.wraps(main)
+    def run(name: str, *args: Any) -> Any:
+        try:
+            return main(name, *args)
+        except KeyboardInterrupt:
+            sys.exit(130)
+        except Exception as exc:
+            if os.environ.get("HASTUNE_DEBUG"):
+                raise
+            msg = str(exc).splitlines()[0] if str(exc) else ""
+            print(f"worker {name} stopped: {type(exc).__name__}: {msg}", file=sys.stderr,
+                  flush=True)
+            sys.exit(1)
+
+    return run
 
 
 def _setup(opts: dict) -> Any:
@@ -131,6 +156,7 @@ class _Prefill:
         return batch
 
 
+@guarded
 def prefill_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
                  decode_inboxes: list, decode_names: list[str], shared: Shared) -> None:
     model = _setup(opts)
@@ -173,6 +199,7 @@ def _start_local_prefill(local: _Prefill, inbox: queue.Queue, part: Any,
     return th
 
 
+@guarded
 def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
                 prefill_inboxes: list, prefill_names: list[str], decode_inboxes: list,
                 decode_names: list[str], shared: Shared) -> None:
@@ -245,6 +272,7 @@ def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
             encode(batch)
 
 
+@guarded
 def decode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
                 shared: Shared) -> None:
     model = _setup(opts)
