@@ -64,7 +64,10 @@ def run_workers(tuner, st, recipe: str, mon, live: Live | None) -> tuple[bool, l
             while any(p.is_alive() for p in procs):
                 time.sleep(0.5)
                 if live:
-                    live.update(mon.render())
+                    try:
+                        live.update(mon.render())
+                    except storage_errors():
+                        pass  # the workers see it too, and say so
             for p in procs:
                 p.join()
             said = {}

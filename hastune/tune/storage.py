@@ -88,6 +88,11 @@ def _check_file(path: Path, kind: str, out: Path | None) -> None:
             check_out(out)
             return
         raise InputError(path, "--storage", *_missing(parent, "--storage"))
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists()
+                                                    and not os.access(path, os.R_OK | os.W_OK)):
+        raise InputError(path, "--storage", "cannot be written (permissions)",
+                         "fix the permissions of the file and its directory, or give another "
+                         "path")
 
 
 def _check_journal(path: Path, out: Path | None) -> None:
