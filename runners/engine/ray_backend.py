@@ -41,10 +41,13 @@ def init_ray(address: str | None = None) -> None:
                              "(RAY_AUTH_TOKEN, `ray get-auth-token`) here too") from None
         return
     quiet["logging_level"] = logging.ERROR  # not the notice that local clusters use a token
-    # a private cluster listens on the loopback only (GCS, raylet, object manager; no dashboard)
+    # a private cluster listens on 127.0.0.1 only (no dashboard): Ray binds to the node's
+    # address, the loopback where multi-node clusters are off (a switch its processes read too)
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    if hasattr(ray._private, "ray_constants"):  # read by this process's ray already
+        ray._private.ray_constants.ENABLE_RAY_CLUSTER = False
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, LOCAL_CLUSTER_CPUS),
-             object_store_memory=LOCAL_OBJECT_STORE, include_dashboard=False,
-             _node_ip_address="127.0.0.1", **quiet)
+             object_store_memory=LOCAL_OBJECT_STORE, include_dashboard=False, **quiet)
 
 
 def _reachable(address: str) -> None:
