@@ -52,3 +52,33 @@ def test_serve_refuses_a_recipe_factory_model_with_exit_2(tmp_path):
                         "-n", "5"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert "only --model on the command line" in p.stderr
+
+
+def test_ctrl_c_stops_serve_with_one_line_and_130():
+    """SIGINT to the whole process group (what Ctrl-C sends): the workers ignore it, the
+    frontend stops them; exit 130, no traceback from anyone."""
+    pytest.importorskip("torch")
+    import os
+    import signal
+    import time
+
+    p = subprocess.Popen([sys.executable, "-m", "hastune", "serve",
+                          "examples/configs/reference-cpu-nodg.yaml", "--model", "ref-tiny"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        lines = []
+        while time.monotonic() < deadline:  # until the workers are up
+            line = p.stderr.readline()
+            lines.append(line)
+            if "serving; Ctrl-C stops" in line or not line:
+                break
+        assert any("serving" in x for x in lines), "".join(lines)
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
