@@ -11,6 +11,7 @@ finished trials are read back, never repeated; the trials of dead workers are fa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -209,9 +210,10 @@ class Tuner:
                 time.sleep(WAIT_S)
         finally:
             if mine is not None:
-                mine.set_user_attr("reason", "pruned the study" if pruned
-                                   else "waited for another process's pruning")
-                finish(study, mine, state=FAIL)
+                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                    mine.set_user_attr("reason", "pruned the study" if pruned
+                                       else "waited for another process's pruning")
+                    finish(study, mine, state=FAIL)
 
     def _record(self, study: optuna.Study, cfg: Config,
                 on_trial: Callable[[optuna.trial.FrozenTrial], None] | None) -> float:
