@@ -50,8 +50,13 @@ def test_an_overloaded_queue_is_unstable(rho, seed, cv):
 @settings(max_examples=30, deadline=None)
 @given(rho=st.floats(0.05, 0.7), seed=st.integers(0, 10_000), cv=st.floats(0.5, 2.0))
 def test_a_lightly_loaded_queue_is_stable_and_settled(rho, seed, cv):
+    """Stable at 20,000 requests; settled there, or — bursty arrivals near ρ 0.7 can leave
+    thirds that disagree — once run 4× as long, as the evaluator extends it (`extend` 4)."""
     a, d = queue(rho, 20_000, seed, cv=cv)
     v = verdict(a, d, final=False)
+    if v.judged and not v.settled:
+        a, d = queue(rho, 80_000, seed, cv=cv)
+        v = verdict(a, d, final=False)
     assert v.judged and v.stable and v.settled, v
     assert v.ratio == pytest.approx(1.0, abs=0.03)
 
