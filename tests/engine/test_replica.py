@@ -113,8 +113,10 @@ def test_a_dead_replica_fails_its_requests_and_the_rest_finish(nodg2):
 @pytest.fixture(scope="module")
 def padg2():
     # a tight TTFT SLO closes windows early, so rolling activation moves to the next instance
+    # (the SLOs drive the windowed scheduler's checks; the frontend's admission control,
+    # tests/engine/test_overload.py, is off so every request reaches an instance)
     opts = EngineOptions(model="ref-tiny", drain_timeout_s=60, ttft_slo_s=0.02,
-                         tpot_slo_s=0.05)
+                         tpot_slo_s=0.05, admit_margin=None)
     with Engine(_padg(2), opts) as eng:
         yield eng
 
