@@ -107,3 +107,12 @@ def from_pydantic(file: str | Path | None, err: Any, prefix: str = "") -> InputE
     if len(errors) > 1:
         msg += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
     return InputError(file, field or None, msg, fix)
+
+
+def accepts(check, *args) -> bool:
+    """Whether `check(*args)` passes (raises no InputError): a check's yes/no form."""
+    try:
+        check(*args)
+    except InputError:
+        return False
+    return True

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hastune import archs
 from hastune.config import AnyConfig
-from hastune.errors import InputError
+from hastune.errors import InputError, accepts
 from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.profile import Profile
 from hastune.recipe import MAX_REQUESTS, Recipe
@@ -210,11 +210,7 @@ class Evaluation:
         return InstanceTiming(self.profile, tp, pp, self.recipe.cluster)
 
     def runnable(self, config: Config) -> bool:
-        try:
-            self.check(config)
-        except InputError:
-            return False
-        return True
+        return accepts(self.check, config)
 
     def describe(self) -> dict:
         return {"requests_per_probe": len(self.requests), "profile": self.profile.name,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from hastune import archs
 from hastune.config import AnyConfig
-from hastune.errors import InputError
+from hastune.errors import InputError, accepts
 from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.recipe import Recipe
 from hastune.runs import RunResult
@@ -139,11 +139,7 @@ class RealEvaluation:
         archs.of(config).engine_check(config, config_path)
 
     def runnable(self, config: Config) -> bool:
-        try:
-            self.check(config)
-        except InputError:
-            return False
-        return True
+        return accepts(self.check, config)
 
     def describe(self) -> dict:
         return {"requests_per_probe": self.opts.requests, "backend": self.opts.backend}
