@@ -109,10 +109,9 @@ class Engine:
             self.started = True
             self._gate(len(self.names))
             return self
-        static = not arch.local_prefill(cfg)  # type: ignore[attr-defined]
-        e_names = [f"E{i}" for i in range(cfg.n_E)]
-        p_names = [f"P{i}" for i in range(cfg.n_P)]
-        d_names = [f"D{i}" for i in range(cfg.n_D)]
+        workers = arch.engine_workers(cfg)  # (name, role), as the architecture names them
+        e_names, p_names, d_names = ([n for n, r in workers if r == role]
+                                     for role in ("encode", "prefill", "decode"))
         self.names = e_names + p_names + d_names
         self.e_names = e_names
         self.shared = Shared(ctx, len(p_names), len(d_names), self.names)
@@ -137,7 +136,6 @@ class Engine:
                                               p_names, d_in, d_names, self.shared))
         self.wait_ready(self.names)
         self.started = True
-        self._static = static
         self._gate(len(e_names))
         return self
 
