@@ -17,14 +17,8 @@ import numpy as np
 
 from hastune.calibrate.gpus import GPUS, GPUSpec
 from hastune.calibrate.kernels import AllReduceModel, KernelModel
-from hastune.calibrate.tables import (
-    HOLDOUT_FRACTION,
-    HOLDOUT_SEED,
-    Hardware,
-    has_table,
-    load_hardware,
-    load_table,
-)
+from hastune.calibrate.sources import CSV_DATABASE, KernelSource, as_source
+from hastune.calibrate.tables import HOLDOUT_FRACTION, HOLDOUT_SEED, Hardware
 
 ATTENTION_PROXY_SYSTEM = "h100_sxm"  # encoder-attention table used where a system has none
 
@@ -38,28 +32,34 @@ class SystemKernels:
     allreduce: AllReduceModel
     holdout_fraction: float
     holdout_seed: int
+    database: str = CSV_DATABASE   # the source's database and kernels (a profile's `source`)
+
+
+def system_kernels(root: Path | KernelSource, system: str,
+                   holdout_fraction: float = HOLDOUT_FRACTION, holdout_seed: int = HOLDOUT_SEED,
+                   max_rows: int | None = None) -> SystemKernels:
+    """Fit every table of `system` (from a calibration folder or a kernel source) on its
+    fit rows (at most `max_rows` of them, evenly spaced, for quick tests)."""
+    return _system_kernels(as_source(root), system, holdout_fraction, holdout_seed, max_rows)
 
 
 @lru_cache(maxsize=16)
-def system_kernels(root: Path, system: str, holdout_fraction: float = HOLDOUT_FRACTION,
-                   holdout_seed: int = HOLDOUT_SEED, max_rows: int | None = None
-                   ) -> SystemKernels:
-    """Fit every table of `system` on its fit rows (at most `max_rows` of them, evenly
-    spaced, for quick tests)."""
-    hw = load_hardware(root, system)
+def _system_kernels(src: KernelSource, system: str, holdout_fraction: float,
+                    holdout_seed: int, max_rows: int | None) -> SystemKernels:
+    hw = src.hardware(system)
     models = {}
     for kind in ("gemm", "context_attention", "generation_attention", "encoder_attention"):
-        if not has_table(root, system, kind):
+        if not src.has_table(system, kind):
             continue
-        fit_rows, _ = load_table(root, system, kind).split(holdout_fraction, holdout_seed)
+        fit_rows, _ = src.table(system, kind).split(holdout_fraction, holdout_seed)
         if max_rows is not None and len(fit_rows) > max_rows:
             keep = np.zeros(len(fit_rows), dtype=bool)
             keep[np.linspace(0, len(fit_rows) - 1, max_rows).astype(int)] = True
             fit_rows = fit_rows.subset(keep)
         models[kind] = KernelModel.fit(fit_rows, hw)
-    ar_rows, _ = load_table(root, system, "allreduce").split(holdout_fraction, holdout_seed)
+    ar_rows, _ = src.table(system, "allreduce").split(holdout_fraction, holdout_seed)
     return SystemKernels(hw, models, AllReduceModel.fit(ar_rows), holdout_fraction,
-                         holdout_seed)
+                         holdout_seed, src.database)
 
 
 @dataclass
@@ -161,12 +161,15 @@ class Device:
             self.mem_bw * hw.mem_bw_efficiency)
 
 
-def build_device(root: Path, gpu: str, holdout_fraction: float = HOLDOUT_FRACTION,
-                 holdout_seed: int = HOLDOUT_SEED, max_rows: int | None = None) -> Device:
-    spec = GPUS[gpu]
-    kern = system_kernels(Path(root), spec.system, holdout_fraction, holdout_seed, max_rows)
+def build_device(root: Path | KernelSource, gpu: str | GPUSpec,
+                 holdout_fraction: float = HOLDOUT_FRACTION, holdout_seed: int = HOLDOUT_SEED,
+                 max_rows: int | None = None) -> Device:
+    """`gpu`: a name in GPUS, or a spec (a kernel source's system without a hastune name)."""
+    spec = GPUS[gpu] if isinstance(gpu, str) else gpu
+    src = as_source(root)
+    kern = system_kernels(src, spec.system, holdout_fraction, holdout_seed, max_rows)
     proxy = None
     if "encoder_attention" not in kern.models:
-        proxy = system_kernels(Path(root), ATTENTION_PROXY_SYSTEM, holdout_fraction,
+        proxy = system_kernels(src, ATTENTION_PROXY_SYSTEM, holdout_fraction,
                                holdout_seed, max_rows)
     return Device(spec, kern, proxy)
