@@ -28,7 +28,7 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     # registry they are checked against (hastune.archs names its simulators as strings and
     # receives timing and bounds objects, so it imports nothing above) — the run record,
     # goodput's search, JSON
-    (0, "hastune core", ("hastune",)),
+    (0, "hastune core", ("hastune", "hastune.models")),  # models: configs → shapes (issue 12)
     # device primitives with torch passed in (green contexts): nothing of hastune
     (0, "runners.device", ("runners", "runners.device")),
     # pure, clock-agnostic scheduling policies (simulator and engine share them)

@@ -1,169 +1,21 @@
 """Model architectures: the shapes the latency model is composed from.
 
-Figures are from each model's published config (Hugging Face `config.json`). Only what
-decides latency and memory is kept: layer count, widths, heads, FFN, vocabulary, and for the
-encoder how a payload becomes attention sequences.
+The dataclasses live in hastune.models.spec (the core layer, so recipes and the Hugging Face
+config reader can build them) and the six shipped models in hastune.models.shipped; this module
+keeps the names the calibration code has always imported. `hastune.models.load_model` reads
+any supported config.json into the same `ModelArch`.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from hastune.models import shipped
+from hastune.models.shipped import MODELS
+from hastune.models.spec import EncoderArch, LLMArch, ModelArch, PayloadRule
 
+CLIP_L336, QWEN25_VL_VIT, WHISPER_L3 = shipped.CLIP_L336, shipped.QWEN25_VL_VIT, shipped.WHISPER_L3
+YI_34B, QWEN25_32B, GEMMA3_27B = shipped.YI_34B, shipped.QWEN25_32B, shipped.GEMMA3_27B
+LLAMA_30B, CODELLAMA_34B, QWEN2_72B = shipped.LLAMA_30B, shipped.CODELLAMA_34B, shipped.QWEN2_72B
 
-@dataclass(frozen=True)
-class LLMArch:
-    """A decoder-only transformer (bf16)."""
-
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    ffn: int
-    vocab: int
-    gated: bool = True              # SwiGLU / GeGLU: gate and up projections
-    tied_embeddings: bool = False
-    sliding_window: int | None = None
-    sliding_layers: int = 0         # layers that attend only to the last `sliding_window`
-
-    @property
-    def params(self) -> float:
-        attn = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim \
-            + self.heads * self.head_dim * self.hidden
-        mlp = (3 if self.gated else 2) * self.hidden * self.ffn
-        emb = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-        return self.layers * (attn + mlp + 2 * self.hidden) + emb
-
-    def kv_heads_per_gpu(self, tp: int) -> int:
-        # fewer KV heads than GPUs: vLLM replicates them
-        return max(1, math.ceil(self.kv_heads / tp))
-
-    def kv_bytes_per_token(self, tp: int = 1) -> float:
-        """K and V of every layer, bf16, per GPU of a TP group (full KV for sliding layers:
-        vLLM's default allocator reserves it)."""
-        return 2.0 * self.layers * self.kv_heads_per_gpu(tp) * self.head_dim * 2
-
-    def weight_bytes(self, tp: int = 1) -> float:
-        return 2.0 * self.params / tp
-
-    def supports_tp(self, tp: int) -> bool:
-        return self.heads % tp == 0 and (self.kv_heads % tp == 0 or tp % self.kv_heads == 0)
-
-
-@dataclass(frozen=True)
-class EncoderArch:
-    """A ViT / audio transformer encoder plus the projector into the LLM.
-
-    `scheme` says how the workload's encoder tokens split into attention sequences (see
-    hastune.workload.payload_tokens): `tiles` (fixed-size tiles, attention within a tile),
-    `qwen-window` (window attention over `window` patches, full attention per frame group on
-    `full_layers`), `whisper` (one sequence per 30 s window of `seq` frames).
-    """
-
-    name: str
-    scheme: str
-    layers: int
-    hidden: int
-    heads: int
-    head_dim: int
-    ffn: int
-    gated: bool
-    seq: int = 0                    # tokens per tile / window (tiles, whisper)
-    window: int = 0                 # qwen-window: patches per attention window
-    full_layers: int = 0            # qwen-window: layers with full attention
-    stem: tuple[tuple[float, int, int], ...] = ()   # (m per encoder token, k, n) GEMMs
-    projector: tuple[tuple[float, int, int], ...] = ()
-    note: str = ""
-
-    @property
-    def params(self) -> float:
-        per_layer = 4 * self.hidden * self.hidden + (3 if self.gated else 2) * self.hidden \
-            * self.ffn
-        extra = sum(k * n for _, k, n in self.stem + self.projector)
-        return self.layers * per_layer + extra
-
-    def weight_bytes(self) -> float:
-        return 2.0 * self.params
-
-
-@dataclass(frozen=True)
-class ModelArch:
-    name: str
-    llm: LLMArch
-    encoder: EncoderArch | None = None
-    note: str = ""
-    payloads: tuple[tuple[float, float], ...] = field(default=())
-    """Encode fit grid: (encoder tokens, attention groups) per request, e.g. video frames."""
-
-
-CLIP_L336 = EncoderArch(
-    name="CLIP ViT-L/14-336 + mlp2x_gelu projector", scheme="tiles",
-    # vLLM runs the 23 layers up to LLaVA's feature layer (-2), not the 24th
-    layers=23, hidden=1024, heads=16, head_dim=64, ffn=4096, gated=False, seq=577,
-    stem=((576 / 577, 3 * 14 * 14, 1024),),
-    projector=((576 / 577, 1024, 7168), (576 / 577, 7168, 7168)),
-    note="AnyRes: up to 4 tiles + a base image, 577 tokens each, attention within a tile",
-)
-
-QWEN25_VL_VIT = EncoderArch(
-    name="Qwen2.5-VL ViT (window attention, 4 full layers) + 2x2 patch merger",
-    scheme="qwen-window", layers=32, hidden=1280, heads=16, head_dim=80, ffn=3456, gated=True,
-    window=64, full_layers=4,
-    stem=((1.0, 3 * 2 * 14 * 14, 1280),),          # Conv3d patch embedding as one GEMM
-    projector=((0.25, 4 * 1280, 5120), (0.25, 5120, 5120)),
-    note="14 px patches, 2-frame temporal patches; window attention over 8x8 patches, full "
-         "attention within a frame group on layers 7, 15, 23, 31; merger folds 2x2 patches",
-)
-
-WHISPER_L3 = EncoderArch(
-    name="Whisper-large-v3 encoder + Ultravox SwiGLU projector (stack 8)", scheme="whisper",
-    layers=32, hidden=1280, heads=20, head_dim=64, ffn=5120, gated=False, seq=1500,
-    # conv1 over 3,000 mel frames (2 per output frame, 128 mels × 3 taps), conv2 stride 2
-    stem=((2.0, 128 * 3, 1280), (1.0, 1280 * 3, 1280)),
-    projector=((1 / 8, 1280 * 8, 4096), (1 / 8, 2048, 5376)),
-    note="one 1,500-frame sequence per 30 s window; frames stacked by 8 into the projector",
-)
-
-YI_34B = LLMArch(layers=60, hidden=7168, heads=56, kv_heads=8, head_dim=128, ffn=20480,
-                 vocab=64000)
-QWEN25_32B = LLMArch(layers=64, hidden=5120, heads=40, kv_heads=8, head_dim=128, ffn=27648,
-                     vocab=152064)
-GEMMA3_27B = LLMArch(layers=62, hidden=5376, heads=32, kv_heads=16, head_dim=128, ffn=21504,
-                     vocab=262208, tied_embeddings=True, sliding_window=1024,
-                     sliding_layers=52)   # 5 local : 1 global
-LLAMA_30B = LLMArch(layers=60, hidden=6656, heads=52, kv_heads=52, head_dim=128, ffn=17920,
-                    vocab=32000)
-CODELLAMA_34B = LLMArch(layers=48, hidden=8192, heads=64, kv_heads=8, head_dim=128, ffn=22016,
-                        vocab=32000)
-QWEN2_72B = LLMArch(layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, ffn=29568,
-                    vocab=152064)
-
-
-def _qwen_payloads() -> tuple[tuple[float, float], ...]:
-    out = []
-    for side in (224, 448, 672, 896, 1344):           # images: one frame group
-        per = (math.ceil(side / 28) * 2) ** 2
-        out.append((float(per), 1.0))
-    for side, frames in ((336, 8), (448, 8), (448, 16), (448, 32)):   # videos
-        per = (math.ceil(side / 28) * 2) ** 2
-        groups = math.ceil(frames / 2)
-        out.append((float(per * groups), float(groups)))
-    return tuple(out)
-
-
-MODELS: dict[str, ModelArch] = {
-    "llava-v1.6-34b": ModelArch(
-        "llava-v1.6-34b", YI_34B, CLIP_L336, note="Yi-34B (Nous-Hermes-2) LLM",
-        payloads=tuple((577.0 * t, float(t)) for t in (1, 2, 3, 4, 5))),
-    "qwen2.5-vl-32b": ModelArch(
-        "qwen2.5-vl-32b", QWEN25_32B, QWEN25_VL_VIT, note="Qwen2.5-32B LLM",
-        payloads=_qwen_payloads()),
-    "ultravox-v0.6-27b": ModelArch(
-        "ultravox-v0.6-27b", GEMMA3_27B, WHISPER_L3,
-        note="Gemma-3-27B LLM (5 sliding-window layers per global one)",
-        payloads=tuple((1500.0 * w, float(w)) for w in (1, 2, 3, 4))),
-    "llama-30b": ModelArch("llama-30b", LLAMA_30B, note="LLaMA-1 33B, multi-head attention"),
-    "codellama2-34b": ModelArch("codellama2-34b", CODELLAMA_34B, note="CodeLlama-34B, GQA"),
-    "qwen2-72b": ModelArch("qwen2-72b", QWEN2_72B, note="Qwen2-72B, GQA"),
-}
+__all__ = ["CLIP_L336", "CODELLAMA_34B", "GEMMA3_27B", "LLAMA_30B", "MODELS", "QWEN2_72B",
+           "QWEN25_32B", "QWEN25_VL_VIT", "WHISPER_L3", "YI_34B", "EncoderArch", "LLMArch",
+           "ModelArch", "PayloadRule"]

@@ -1,0 +1,150 @@
+"""The LLM of a Hugging Face config: dense decoders (Llama, Mistral, Qwen2/3, Gemma 1/2/3,
+Phi-3) and MoE decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 with MLA)."""
+
+from __future__ import annotations
+
+from hastune.models.cfg import Cfg
+from hastune.models.spec import LLMArch
+
+# model_type → (family, default tie_word_embeddings), as transformers' configuration classes
+DENSE = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False,
+         "gemma": True, "gemma2": True, "gemma3_text": True, "qwen2_5_vl_text": False,
+         "qwen2_vl_text": False, "internlm2": False}
+MOE = {"mixtral": False, "qwen2_moe": False, "qwen3_moe": False, "deepseek_v2": False,
+       "deepseek_v3": False}
+DECODERS = {**DENSE, **MOE}
+
+# activations of a gated MLP (SwiGLU / GeGLU); anything else is refused by name
+GATED_ACTS = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new", "gelu_tanh"}
+# quantization_config.quant_method values whose weights are fp8
+FP8_METHODS = {"fp8", "fbgemm_fp8"}
+
+
+def checkpoint_precision(c: Cfg) -> str:
+    """bf16, or fp8 for an fp8 quantization_config; anything else is refused."""
+    q = c.sub("quantization_config", None)
+    if q is None:
+        return "bf16"
+    method = q.str("quant_method")
+    if method in FP8_METHODS:
+        return "fp8"
+    if method == "modelopt" and str(q.raw("quant_algo", "")).upper() == "FP8":
+        return "fp8"
+    raise q.error("quant_method", f"quantization {method!r} is not modelled (fp8 only)",
+                  "use the bf16 or fp8 checkpoint's config.json, or remove "
+                  "quantization_config to model the bf16 weights")
+
+
+def _activation(c: Cfg, model_type: str) -> bool:
+    name = "hidden_activation" if model_type.startswith("gemma") and c.has(
+        "hidden_activation") else "hidden_act"
+    act = c.str(name, "silu")
+    if act not in GATED_ACTS:
+        raise c.error(name, f"activation {act!r} is not modelled",
+                      f"use one of {', '.join(sorted(GATED_ACTS))} (a gated MLP)")
+    return True
+
+
+def _sliding(c: Cfg, model_type: str, layers: int) -> tuple[int | None, tuple[int, ...]]:
+    """(window, ids of the sliding layers)."""
+    window = c.int("sliding_window", None)
+    types = c.raw("layer_types", None)
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or any(
+                t not in ("sliding_attention", "full_attention") for t in types):
+            raise c.error("layer_types", "not a list of num_hidden_layers entries, each "
+                          "sliding_attention or full_attention", "correct the list")
+        ids = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+        if ids and window is None:
+            raise c.error("sliding_window", "missing (layer_types has sliding layers)",
+                          "add sliding_window")
+        return (window if ids else None), ids
+    if window is None:
+        return None, ()
+    if model_type == "gemma2":                         # even layers slide
+        return window, tuple(range(0, layers, 2))
+    if model_type == "gemma3_text":                    # 5 local : 1 global by default
+        pattern = c.int("sliding_window_pattern", 6)
+        return window, tuple(i for i in range(layers) if (i + 1) % pattern)
+    if model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "qwen2_5_vl_text"):
+        if not c.bool("use_sliding_window", False):
+            return None, ()
+        first = c.int("max_window_layers", layers, minimum=0)
+        return window, tuple(range(first, layers))
+    if model_type in ("mistral", "mixtral", "phi3"):
+        if window >= c.int("max_position_embeddings", window + 1):
+            return None, ()                             # a window past the context: none
+        return window, tuple(range(layers))
+    return None, ()
+
+
+def _moe(c: Cfg, model_type: str, layers: int, hidden: int) -> dict:
+    if model_type == "mixtral":
+        ffn = c.int("intermediate_size")
+        return {"experts": c.int("num_local_experts"), "experts_per_token":
+                c.int("num_experts_per_tok"), "moe_ffn": ffn}
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        step = c.int("decoder_sparse_step", 1)
+        only = set(c.int_list("mlp_only_layers", []))
+        sparse = sum(1 for i in range(layers) if i not in only and (i + 1) % step == 0)
+        shared = c.int("shared_expert_intermediate_size", 0, minimum=0) \
+            if model_type == "qwen2_moe" else 0
+        return {"experts": c.int("num_experts"), "experts_per_token": c.int("num_experts_per_tok"),
+                "moe_ffn": c.int("moe_intermediate_size"), "shared_ffn": shared,
+                "shared_gate": shared > 0, "dense_layers": layers - sparse}
+    # deepseek_v2 / v3
+    first = c.int("first_k_dense_replace", 0, minimum=0)
+    freq = c.int("moe_layer_freq", 1)
+    sparse = sum(1 for i in range(layers) if i >= first and i % freq == 0)
+    moe_ffn = c.int("moe_intermediate_size")
+    return {"experts": c.int("n_routed_experts"), "experts_per_token": c.int("num_experts_per_tok"),
+            "moe_ffn": moe_ffn, "shared_ffn": c.int("n_shared_experts", 0, minimum=0) * moe_ffn,
+            "dense_layers": layers - sparse}
+
+
+def _mla(c: Cfg) -> dict:
+    rope, nope = c.int("qk_rope_head_dim"), c.int("qk_nope_head_dim")
+    return {"q_lora_rank": c.int("q_lora_rank", 0, minimum=0), "kv_lora_rank":
+            c.int("kv_lora_rank"), "qk_rope_head_dim": rope, "qk_nope_head_dim": nope,
+            "v_head_dim": c.int("v_head_dim"), "head_dim": rope + nope,
+            "mtp_layers": c.int("num_nextn_predict_layers", 0, minimum=0)}
+
+
+def read_llm(c: Cfg, model_type: str, tie_default: bool | None = None,
+             precision: str | None = None) -> LLMArch:
+    """The LLM of one text config (`model_type` already checked against DECODERS)."""
+    layers, hidden = c.int("num_hidden_layers"), c.int("hidden_size")
+    heads = c.int("num_attention_heads")
+    kv_heads = c.int("num_key_value_heads", heads)
+    if heads % kv_heads:
+        raise c.error("num_key_value_heads", f"{heads} attention heads do not split into "
+                      f"{kv_heads} KV groups", "use a divisor of num_attention_heads")
+    head_dim = c.int("head_dim", None) or hidden // heads
+    if not c.has("head_dim") and hidden % heads:
+        raise c.error("head_dim", f"missing, and hidden_size {hidden} is not a multiple of "
+                      f"num_attention_heads {heads}", "add head_dim")
+    window, ids = _sliding(c, model_type, layers)
+    fields: dict = {
+        "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads,
+        "head_dim": head_dim, "ffn": c.int("intermediate_size"),
+        "vocab": c.int("vocab_size"), "gated": _activation(c, model_type),
+        "tied_embeddings": c.bool("tie_word_embeddings", DECODERS[model_type]
+                                  if tie_default is None else tie_default),
+        "sliding_window": window, "sliding_layers": len(ids), "sliding_layer_ids": ids,
+        "final_norm": True,
+        "checkpoint_precision": precision or checkpoint_precision(c),
+    }
+    if model_type in ("qwen2", "qwen2_moe", "qwen2_5_vl_text", "qwen2_vl_text"):
+        fields["qkv_bias"] = True
+    elif model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "internlm2"):
+        fields["qkv_bias"] = c.bool("attention_bias", False) if model_type != "internlm2" \
+            else c.bool("bias", False)
+    if model_type in ("qwen3", "qwen3_moe", "gemma3_text"):
+        fields["qk_norm"] = True
+    if model_type in ("gemma2", "gemma3_text"):
+        fields["norms_per_layer"] = 4
+    if model_type in MOE:
+        fields.update(_moe(c, model_type, layers, hidden))
+    if model_type in ("deepseek_v2", "deepseek_v3"):
+        fields.update(_mla(c))
+    return LLMArch(**fields)
