@@ -1,0 +1,338 @@
+"""Kernel tables from NVIDIA's aiconfigurator-core package: `pip install 'hastune[kernels]'`.
+
+The package (Apache-2.0) installs measured kernel latencies per system under
+aiconfigurator_core/systems/data/<system>/<op>/<engine>/<version>/<table>.parquet and each
+system's nominal specs in systems/<system>.yaml. `AicSource` reads them as hastune's
+KernelTables (hastune.calibrate.sources): the columns of tables.COLUMNS, latency in seconds
+(the parquet `latency` column is in milliseconds), duplicates merged (median), rows with no
+positive finite latency dropped. Only kernel tables are read: never an end-to-end table.
+
+Selection, per table:
+- engine: vllm | sglang | trtllm (NCCL tables are versioned by NCCL, not by the engine);
+- version: None (the package's own `current` slot for the system and engine,
+  systems/query_versions.yaml, backward-filled from older versions for tables it lacks),
+  "newest" (the newest version holding rows), or an exact version;
+- dtype: GEMM and MoE by `gemm_dtype` (bf16 | fp8 | fp8_block), attention and MLA by the KV
+  cache's `kv_dtype` (bf16 | fp8); encoder attention and all-reduce are bf16;
+- kernel (the `kernel_source` lane): `lanes` pins one per kind; else CUDA-graph all-reduce
+  (what vLLM and SGLang run decode with), else the lane with the most rows.
+Attention rows are full attention (window_size 0), MoE rows balanced routing by default.
+
+With vLLM, bf16, the current version, these are exactly the rows of ../shared/calibration
+(tests/calibrate/test_aic_source.py). The package is imported by neither this module nor
+`import hastune`: its directory is located by importlib and pyarrow imported on first read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from hastune.calibrate.sources import KernelSource
+from hastune.calibrate.tables import COLUMNS, Hardware, KernelTable, _merge_duplicates
+from hastune.errors import InputError
+
+PACKAGE, MODULE, PIN = "aiconfigurator-core", "aiconfigurator_core", "0.12.0"
+INSTALL_FIX = "pip install 'hastune[kernels]'"
+ENGINES = ("vllm", "sglang", "trtllm")
+ENGINE_LABEL = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+PKG_DTYPE = {  # role → hastune dtype → the package's value
+    "gemm": {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block"},
+    "kv": {"bf16": "bfloat16", "fp8": "fp8"},
+    "mla_gemm": {"bf16": "bfloat16", "fp8": "fp8_block", "fp8_block": "fp8_block"},
+    "comm": {"bf16": "half", "fp8": "int8"},
+}
+MOE_COLUMNS = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+               "moe_ep_size")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Where one kind lives and how its rows are chosen."""
+
+    op: str                                   # data/<system>/<op>/
+    file: str                                 # <file>.parquet
+    columns: tuple[str, ...]                  # shape columns, in KernelTable order
+    dtypes: tuple[tuple[str, str], ...]       # (column, role): role "bf16" is fixed bf16
+    fixed: tuple[tuple[str, object], ...] = ()  # column == value, where the column exists
+    nccl: bool = False                        # versioned by NCCL, not by the engine
+
+
+_ATTN = (("kv_cache_dtype", "kv"), ("attn_dtype", "bf16"))
+_MLA = (("kv_cache_dtype", "kv"), ("mla_dtype", "bf16"))
+_FULL = (("window_size", 0), ("beam_width", 1))
+SPECS: dict[str, Spec] = {
+    "gemm": Spec("gemm", "gemm_perf", COLUMNS["gemm"], (("gemm_dtype", "gemm"),)),
+    "context_attention": Spec("attention", "context_attention_perf",
+                              COLUMNS["context_attention"], _ATTN, _FULL),
+    "generation_attention": Spec("attention", "generation_attention_perf",
+                                 COLUMNS["generation_attention"], _ATTN, _FULL),
+    "encoder_attention": Spec("encoder_attention", "encoder_attention_perf",
+                              COLUMNS["encoder_attention"], (("attn_dtype", "bf16"),)),
+    "allreduce": Spec("comm", "custom_allreduce_perf", COLUMNS["allreduce"],
+                      (("allreduce_dtype", "bf16"),)),
+    # extras for MoE / MLA models: fused MoE (all experts of one layer, one GPU's share)
+    "moe": Spec("moe", "moe_perf", MOE_COLUMNS, (("moe_dtype", "gemm"),),
+                (("distribution", "balanced"),)),
+    # MLA attention kernel alone (SGLang, TensorRT-LLM); num_heads per GPU at tp_size
+    "context_mla": Spec("mla", "context_mla_perf", ("batch_size", "isl", "num_heads", "tp_size"),
+                        _MLA),
+    "generation_mla": Spec("mla", "generation_mla_perf",
+                           ("batch_size", "num_heads", "step", "tp_size"), _MLA),
+    # the whole MLA block of DeepSeek-V3 (projections + attention; vLLM, TensorRT-LLM)
+    "mla_context_module": Spec("mla", "mla_context_module_perf",
+                               ("batch_size", "isl", "num_heads"),
+                               _MLA + (("gemm_type", "mla_gemm"),), (("tp_size", 1),)),
+    "mla_generation_module": Spec("mla", "mla_generation_module_perf",
+                                  ("batch_size", "num_heads", "step"),
+                                  _MLA + (("gemm_type", "mla_gemm"),), (("tp_size", 1),)),
+    **{f"nccl_{op}": Spec("comm", "nccl_perf", ("num_gpus", "message_size"),
+                          (("nccl_dtype", "comm"),), (("op_name", op),), nccl=True)
+       for op in ("all_reduce", "all_gather", "alltoall", "reduce_scatter")},
+}
+
+
+def package_dir() -> Path:
+    """The installed aiconfigurator_core directory (not imported), or an InputError."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(None, "kernel source", f"{PACKAGE} is not installed (the kernel "
+                         "tables of GPUs without a shipped profile come from it)", INSTALL_FIX)
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(PACKAGE)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _vkey(v: str):
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return (1, Version(v), v)
+    except InvalidVersion:
+        return (0, None, v)
+
+
+@lru_cache(maxsize=128)
+def _read(path: Path) -> dict[str, np.ndarray]:
+    import pyarrow.parquet as pq
+
+    tbl = pq.read_table(path)
+    return {name: tbl.column(name).to_numpy(zero_copy_only=False) for name in tbl.column_names}
+
+
+@lru_cache(maxsize=32)
+def _yaml(path: Path) -> dict:
+    from hastune.yamlio import read_yaml_mapping
+
+    return read_yaml_mapping(path, f"{PACKAGE} system file")
+
+
+@dataclass(frozen=True)
+class AicSource(KernelSource):
+    """aiconfigurator-core's tables for one engine, version policy and precision."""
+
+    engine: str = "vllm"
+    version: str | None = None        # None: the package's current; "newest"; or exact
+    gemm_dtype: str = "bf16"          # GEMM and MoE weights: bf16 | fp8 | fp8_block
+    kv_dtype: str = "bf16"            # KV cache (attention, MLA): bf16 | fp8
+    comm_dtype: str = "bf16"          # NCCL tables: bf16 (half) | fp8 (int8)
+    nccl_version: str | None = None   # None: the system yaml's nccl_version, else newest
+    distribution: str = "balanced"    # MoE routing: balanced | power_law_1.01 | power_law_1.2
+    lanes: tuple[tuple[str, str], ...] = ()   # (kind, kernel_source) pins
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise InputError(None, "engine", f"unknown engine {self.engine!r}",
+                             f"use one of {', '.join(ENGINES)}")
+        for role, value in (("gemm", self.gemm_dtype), ("kv", self.kv_dtype),
+                            ("comm", self.comm_dtype)):
+            if value not in PKG_DTYPE[role]:
+                raise InputError(None, f"{role} dtype", f"unknown dtype {value!r}",
+                                 f"use one of {', '.join(PKG_DTYPE[role])}")
+
+    # --- KernelSource ---------------------------------------------------------------------
+    @property
+    def origin(self) -> str:
+        return f"{PACKAGE} {package_version()} ({self.engine})"
+
+    @property
+    def database(self) -> str:
+        return (f"NVIDIA {PACKAGE} {package_version()} performance database "
+                f"({ENGINE_LABEL[self.engine]} kernels; GEMM {self.gemm_dtype}, KV cache "
+                f"{self.kv_dtype}), read from the installed package")
+
+    def systems(self) -> list[str]:
+        root = package_dir() / "systems"
+        return sorted(p.stem for p in root.glob("*.yaml")
+                      if (root / "data" / p.stem / "gemm").is_dir())
+
+    def hardware(self, system: str) -> Hardware:
+        data = _yaml(self._system_yaml(system))
+        gpu, node = data["gpu"], data.get("node", {})
+        versions = {k: self.resolve(system, k)[0] for k in ("gemm", "context_attention",
+                                                            "allreduce")
+                    if self.has_table(system, k)}
+        main = versions.get("gemm", "")
+        others = ", ".join(f"{k} {v}" for k, v in versions.items() if v != main)
+        return Hardware(
+            system=system, peak_flops=float(gpu["bfloat16_tc_flops"]),
+            mem_bw=float(gpu["mem_bw"]), mem_bytes=float(gpu["mem_capacity"]),
+            mem_bw_efficiency=float(gpu.get("mem_bw_empirical_scaling_factor", 0.8)),
+            mem_latency_s=float(gpu.get("mem_empirical_constant_latency", 3e-6)),
+            intra_node_bw=float(node.get("intra_node_bw", 0.0)),
+            measured_with=f"{self.engine} {main}" + (f" ({others})" if others else ""))
+
+    def has_table(self, system: str, kind: str) -> bool:
+        try:
+            self.resolve(system, kind)
+        except InputError:
+            return False
+        return True
+
+    def table(self, system: str, kind: str) -> KernelTable:
+        version, path = self.resolve(system, kind)
+        shapes, lat = self._rows(path, kind, system, version, strict=True)
+        shapes, lat = _merge_duplicates(shapes, lat)
+        return KernelTable(system, kind, SPECS[kind].columns, shapes, lat)
+
+    # --- selection ------------------------------------------------------------------------
+    def versions(self, system: str, kind: str) -> list[str]:
+        """Versions (oldest first) whose folder holds this kind's parquet file."""
+        spec = self._spec(kind)
+        base = self._data(system) / spec.op / ("nccl" if spec.nccl else self.engine)
+        found = [p.parent.name for p in base.glob(f"*/{spec.file}.parquet")]
+        return sorted(found, key=_vkey)
+
+    def resolve(self, system: str, kind: str) -> tuple[str, Path]:
+        """(version, parquet path) of `kind` on `system`, or an InputError listing what
+        there is."""
+        spec = self._spec(kind)
+        have = self.versions(system, kind)
+        base = self._data(system) / spec.op / ("nccl" if spec.nccl else self.engine)
+        if not have:
+            engines = [e for e in ENGINES if e != self.engine and any(
+                (self._data(system) / spec.op / e).glob(f"*/{spec.file}.parquet"))]
+            raise InputError(base, kind, f"{system} has no {kind} table for {self.engine}",
+                             (f"engines that have one: {', '.join(engines)}" if engines
+                              else f"no engine has one on {system}") +
+                             f"; kinds {self.engine} has there: "
+                             f"{', '.join(self.kinds(system)) or 'none'}")
+        pinned = self.nccl_version if spec.nccl else self.version
+        if pinned not in (None, "newest"):
+            if pinned not in have:
+                raise InputError(base, "version", f"no {kind} table for {self.engine} "
+                                 f"{pinned} on {system}", f"use one of {', '.join(have)}")
+            candidates = [pinned]
+        else:
+            cap = None if pinned == "newest" else self._default_cap(system, spec)
+            candidates = [v for v in reversed(have) if cap is None
+                          or _vkey(v) <= _vkey(cap)] or list(reversed(have))
+        for v in candidates:
+            path = base / v / f"{spec.file}.parquet"
+            if len(self._rows(path, kind, system, v, strict=False)[1]):
+                return v, path
+        v = candidates[0]
+        self._rows(base / v / f"{spec.file}.parquet", kind, system, v, strict=True)
+        raise InputError(base / v, kind, f"{system}'s {kind} table ({self.engine} {v}) has no "
+                         "row with a positive latency", "use another version or engine")
+
+    def kinds(self, system: str) -> list[str]:
+        return [k for k in SPECS if self.versions(system, k)]
+
+    def _default_cap(self, system: str, spec: Spec) -> str | None:
+        """The newest version the package itself queries by default."""
+        root = package_dir() / "systems"
+        if spec.nccl:
+            return str(_yaml(self._system_yaml(system)).get("misc", {}).get("nccl_version")
+                       or "") or None
+        path = root / "query_versions.yaml"
+        if not path.exists():
+            return None
+        doc = _yaml(path)
+        slot = (doc.get("overrides", {}).get(system, {}).get(self.engine)
+                or doc.get("defaults", {}).get(self.engine) or {})
+        return slot.get("current")
+
+    def _rows(self, path: Path, kind: str, system: str, version: str, strict: bool
+              ) -> tuple[np.ndarray, np.ndarray]:
+        spec, data = SPECS[kind], _read(path)
+        mask = np.ones(len(data["latency"]), dtype=bool)
+        for col, role in spec.dtypes:
+            if col not in data:
+                continue
+            want = "bfloat16" if role == "bf16" else PKG_DTYPE[role][self._dtype(role)]
+            sel = data[col] == want
+            if strict and not (mask & sel).any():
+                have = sorted({_hastune_dtype(role, x) for x in data[col][mask]})
+                raise InputError(path, col, f"no {self._dtype(role)} rows in {system}'s "
+                                 f"{kind} table ({self.engine} {version})",
+                                 f"use one of {', '.join(have)}, or another engine/version")
+            mask &= sel
+        fixed = dict(spec.fixed)
+        if kind == "moe":
+            fixed["distribution"] = self.distribution
+        for col, value in fixed.items():
+            if col in data:
+                mask &= data[col] == value
+        lat = np.asarray(data["latency"], dtype=float)
+        mask &= np.isfinite(lat) & (lat > 0)
+        lane = self._lane(kind, data["kernel_source"][mask], path, strict)
+        if lane is not None:
+            mask &= data["kernel_source"] == lane
+        shapes = np.column_stack([np.asarray(data[c], dtype=float)[mask] for c in spec.columns])
+        return shapes, lat[mask] * 1e-3
+
+    def _lane(self, kind: str, sources: np.ndarray, path: Path, strict: bool) -> str | None:
+        names, counts = np.unique(sources.astype(str), return_counts=True)
+        if len(names) == 0:
+            return None
+        pins = dict(self.lanes)
+        if kind in pins:
+            if pins[kind] not in names and strict:
+                raise InputError(path, "kernel_source", f"no {pins[kind]!r} rows for {kind}",
+                                 f"use one of {', '.join(names)}")
+            return pins[kind]
+        if kind == "allreduce" and any("graph" in n for n in names):
+            names = np.array([n for n in names if "graph" in n])
+            counts = np.ones(len(names))
+        return str(names[int(np.argmax(counts))])
+
+    def _dtype(self, role: str) -> str:
+        return {"gemm": self.gemm_dtype, "mla_gemm": self.gemm_dtype, "kv": self.kv_dtype,
+                "comm": self.comm_dtype}[role]
+
+    def _spec(self, kind: str) -> Spec:
+        if kind not in SPECS:
+            raise InputError(None, "kind", f"unknown kernel table kind {kind!r}",
+                             f"use one of {', '.join(SPECS)}")
+        return SPECS[kind]
+
+    def _system_yaml(self, system: str) -> Path:
+        self._data(system)
+        return package_dir() / "systems" / f"{system}.yaml"
+
+    def _data(self, system: str) -> Path:
+        path = package_dir() / "systems" / "data" / system
+        if not (path / "gemm").is_dir() or not (path.parent.parent / f"{system}.yaml").exists():
+            raise InputError(path, "system", f"{PACKAGE} has no kernel tables for {system!r}",
+                             f"use one of {', '.join(self.systems())}")
+        return path
+
+
+def _hastune_dtype(role: str, value: str) -> str:
+    if role == "bf16":
+        return "bf16"
+    back = {v: k for k, v in PKG_DTYPE[role].items()}
+    return back.get(str(value), str(value))
