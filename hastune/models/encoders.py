@@ -20,15 +20,16 @@ def _act(v: Cfg, default: str) -> bool:
                   f"use one of {', '.join(sorted(NOT_GATED | {'silu'}))}")
 
 
-def _side(v: Cfg, name: str, default: int | None = None) -> int:
-    """An int, or an [h, w] list of two equal ints (transformers' newer vision configs)."""
-    raw = v.raw(name, default)
+def _side(v: Cfg, name: str, *default: int) -> int:
+    """An int, or an [h, w] list of two equal ints (transformers' newer vision configs);
+    required unless a default is given."""
+    raw = v.raw(name, *default)
     if isinstance(raw, list):
         sides = v.int_list(name, minimum=1)
         if len(sides) != 2 or sides[0] != sides[1]:
             raise v.error(name, f"{raw!r}: only square sizes are modelled", "use one size")
         return sides[0]
-    return v.int(name, default)
+    return v.int(name, *default)
 
 
 def _feature_layers(c: Cfg, key: str, layers: int, default: int) -> int:

@@ -131,6 +131,13 @@ class LLMArch:
         idle = self.experts - self.experts_per_token
         return self.params - self.moe_layers * idle * self._mlp(self.moe_ffn)
 
+    @property
+    def active_params_read(self) -> float:
+        """The weights one token's forward reads: `active_params` less the input embedding
+        table, of which a lookup reads one row (DeepSeek counts activated parameters so: V3's
+        37B, V2-Lite's 2.4B). With tied embeddings the table is the LM head, read whole."""
+        return self.active_params - (0 if self.tied_embeddings else self.vocab * self.hidden)
+
     def linear_params(self) -> float:
         """Parameters in the layers' linear projections (what fp8 weight quantization
         covers); the rest — embeddings, LM head, norms, routers — stays bf16."""
@@ -271,3 +278,7 @@ class ModelArch:
     @property
     def active_params(self) -> float:
         return self.llm.active_params + (self.encoder.params if self.encoder else 0.0)
+
+    @property
+    def active_params_read(self) -> float:
+        return self.llm.active_params_read + (self.encoder.params if self.encoder else 0.0)
