@@ -19,6 +19,7 @@ app = typer.Typer(
 
 def _register() -> None:
     from hastune.cli import evaluate, profile, serve, simulate, tune, validate  # noqa: F401  (commands register)
+    from hastune.cli import model  # noqa: F401  (hastune model inspect)
 
 
 def main() -> None:
