@@ -16,7 +16,8 @@ Selection, per table:
   cache's `kv_dtype` (bf16 | fp8); encoder attention and all-reduce are bf16;
 - kernel (the `kernel_source` lane): `lanes` pins one per kind; else CUDA-graph all-reduce
   (what vLLM and SGLang run decode with), else the lane with the most rows.
-Attention rows are full attention (window_size 0), MoE rows balanced routing by default.
+Attention rows are full attention (window_size 0); MoE rows by default power-law routing with
+alpha 1.2, the package's own default for MoE models (1.01 for DeepSeek's; `distribution`).
 
 With vLLM, bf16, the current version, these are exactly the rows of ../shared/calibration
 (tests/calibrate/test_aic_source.py). The package is imported by neither this module nor
@@ -56,13 +57,15 @@ class Spec:
     op: str                                   # data/<system>/<op>/
     file: str                                 # <file>.parquet
     columns: tuple[str, ...]                  # shape columns, in KernelTable order
-    dtypes: tuple[tuple[str, str], ...]       # (column, role): role "bf16" is fixed bf16
+    dtypes: tuple[tuple[str, str], ...]       # (column, role in PKG_DTYPE, "bf16", "attn")
     fixed: tuple[tuple[str, object], ...] = ()  # column == value, where the column exists
     nccl: bool = False                        # versioned by NCCL, not by the engine
 
 
-_ATTN = (("kv_cache_dtype", "kv"), ("attn_dtype", "bf16"))
-_MLA = (("kv_cache_dtype", "kv"), ("mla_dtype", "bf16"))
+# attention compute: bf16 with a bf16 KV cache; with an fp8 one whatever the lane runs
+# (vLLM's FA3 computes in bf16, SGLang's in fp8): then part of the lane
+_ATTN = (("kv_cache_dtype", "kv"), ("attn_dtype", "attn"))
+_MLA = (("kv_cache_dtype", "kv"), ("mla_dtype", "attn"))
 _FULL = (("window_size", 0), ("beam_width", 1))
 SPECS: dict[str, Spec] = {
     "gemm": Spec("gemm", "gemm_perf", COLUMNS["gemm"], (("gemm_dtype", "gemm"),)),
@@ -76,7 +79,7 @@ SPECS: dict[str, Spec] = {
                       (("allreduce_dtype", "bf16"),)),
     # extras for MoE / MLA models: fused MoE (all experts of one layer, one GPU's share)
     "moe": Spec("moe", "moe_perf", MOE_COLUMNS, (("moe_dtype", "gemm"),),
-                (("distribution", "balanced"),)),
+                (("distribution", "power_law_1.2"),)),
     # MLA attention kernel alone (SGLang, TensorRT-LLM); num_heads per GPU at tp_size
     "context_mla": Spec("mla", "context_mla_perf", ("batch_size", "isl", "num_heads", "tp_size"),
                         _MLA),
@@ -149,7 +152,7 @@ class AicSource(KernelSource):
     kv_dtype: str = "bf16"            # KV cache (attention, MLA): bf16 | fp8
     comm_dtype: str = "bf16"          # NCCL tables: bf16 (half) | fp8 (int8)
     nccl_version: str | None = None   # None: the system yaml's nccl_version, else newest
-    distribution: str = "balanced"    # MoE routing: balanced | power_law_1.01 | power_law_1.2
+    distribution: str = "power_law_1.2"   # MoE routing: power_law_1.2 | power_law_1.01 | balanced
     lanes: tuple[tuple[str, str], ...] = ()   # (kind, kernel_source) pins
 
     def __post_init__(self) -> None:
@@ -195,17 +198,12 @@ class AicSource(KernelSource):
             measured_with=f"{self.engine} {main}" + (f" ({others})" if others else ""))
 
     def has_table(self, system: str, kind: str) -> bool:
-        try:
-            self.resolve(system, kind)
-        except InputError:
-            return False
-        return True
+        """Whether the engine measured `kind` on `system` at all; a table without this
+        source's dtype counts (table() then says which dtypes it has)."""
+        return bool(self.versions(system, kind))
 
     def table(self, system: str, kind: str) -> KernelTable:
-        version, path = self.resolve(system, kind)
-        shapes, lat = self._rows(path, kind, system, version, strict=True)
-        shapes, lat = _merge_duplicates(shapes, lat)
-        return KernelTable(system, kind, SPECS[kind].columns, shapes, lat)
+        return _table(self, system, kind)
 
     # --- selection ------------------------------------------------------------------------
     def versions(self, system: str, kind: str) -> list[str]:
@@ -269,10 +267,14 @@ class AicSource(KernelSource):
               ) -> tuple[np.ndarray, np.ndarray]:
         spec, data = SPECS[kind], _read(path)
         mask = np.ones(len(data["latency"]), dtype=bool)
+        lane_of = data["kernel_source"].astype(str)
         for col, role in spec.dtypes:
             if col not in data:
                 continue
-            want = "bfloat16" if role == "bf16" else PKG_DTYPE[role][self._dtype(role)]
+            if role == "attn" and self.kv_dtype != "bf16":
+                lane_of = np.char.add(np.char.add(lane_of, "|"), data[col].astype(str))
+                continue
+            want = "bfloat16" if role in ("bf16", "attn") else PKG_DTYPE[role][self._dtype(role)]
             sel = data[col] == want
             if strict and not (mask & sel).any():
                 have = sorted({_hastune_dtype(role, x) for x in data[col][mask]})
@@ -284,29 +286,41 @@ class AicSource(KernelSource):
         if kind == "moe":
             fixed["distribution"] = self.distribution
         for col, value in fixed.items():
-            if col in data:
-                mask &= data[col] == value
+            if col not in data:
+                continue
+            sel = data[col] == value
+            if strict and not (mask & sel).any():
+                have = ", ".join(sorted(map(str, set(data[col][mask]))))
+                raise InputError(path, col, f"no {col} = {value} rows in {system}'s {kind} "
+                                 f"table ({self.engine} {version})",
+                                 f"it has {have}" + (" (AicSource(distribution=...))"
+                                                     if col == "distribution" else ""))
+            mask &= sel
         lat = np.asarray(data["latency"], dtype=float)
         mask &= np.isfinite(lat) & (lat > 0)
-        lane = self._lane(kind, data["kernel_source"][mask], path, strict)
+        lane = self._lane(kind, lane_of[mask], path, strict)
         if lane is not None:
-            mask &= data["kernel_source"] == lane
+            mask &= lane_of == lane
         shapes = np.column_stack([np.asarray(data[c], dtype=float)[mask] for c in spec.columns])
         return shapes, lat[mask] * 1e-3
 
-    def _lane(self, kind: str, sources: np.ndarray, path: Path, strict: bool) -> str | None:
-        names, counts = np.unique(sources.astype(str), return_counts=True)
+    def _lane(self, kind: str, lanes: np.ndarray, path: Path, strict: bool) -> str | None:
+        """The lane (kernel_source, with the compute dtype where that is free) to keep."""
+        names, counts = np.unique(lanes, return_counts=True)
         if len(names) == 0:
             return None
         pins = dict(self.lanes)
         if kind in pins:
-            if pins[kind] not in names and strict:
-                raise InputError(path, "kernel_source", f"no {pins[kind]!r} rows for {kind}",
-                                 f"use one of {', '.join(names)}")
-            return pins[kind]
-        if kind == "allreduce" and any("graph" in n for n in names):
-            names = np.array([n for n in names if "graph" in n])
-            counts = np.ones(len(names))
+            ok = [n.split("|")[0] == pins[kind] for n in names]
+            if not any(ok):
+                if strict:
+                    raise InputError(path, "kernel_source", f"no {pins[kind]!r} rows for "
+                                     f"{kind}", f"use one of {', '.join(names)}")
+                return pins[kind]
+            names, counts = names[ok], counts[ok]
+        elif kind == "allreduce" and any("graph" in n for n in names):
+            graph = ["graph" in n for n in names]
+            names, counts = names[graph], counts[graph]
         return str(names[int(np.argmax(counts))])
 
     def _dtype(self, role: str) -> str:
@@ -329,6 +343,14 @@ class AicSource(KernelSource):
             raise InputError(path, "system", f"{PACKAGE} has no kernel tables for {system!r}",
                              f"use one of {', '.join(self.systems())}")
         return path
+
+
+@lru_cache(maxsize=256)
+def _table(src: AicSource, system: str, kind: str) -> KernelTable:
+    version, path = src.resolve(system, kind)
+    shapes, lat = src._rows(path, kind, system, version, strict=True)
+    shapes, lat = _merge_duplicates(shapes, lat)
+    return KernelTable(system, kind, SPECS[kind].columns, shapes, lat)
 
 
 def _hastune_dtype(role: str, value: str) -> str:
