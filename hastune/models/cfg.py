@@ -68,7 +68,8 @@ class Cfg:
             raise self.error(name, f"{v!r} is not a list", "use a list of whole numbers")
         out = []
         for i, x in enumerate(v):
-            out.append(Cfg({"x": x}, self.file, f"{self.key(name)}[{i}]").int("x", minimum=minimum))
+            item = f"{name}[{i}]"
+            out.append(Cfg({item: x}, self.file, self.prefix).int(item, minimum=minimum))
         return out
 
     def sub(self, name: str, default: Any = _MISSING) -> Cfg:

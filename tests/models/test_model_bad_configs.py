@@ -83,7 +83,7 @@ def _refused(path: Path, key: str) -> InputError:
     with pytest.raises(InputError) as info:
         read_config(path)
     err = info.value
-    assert err.field == key, err.message
+    assert err.field == key or err.field.startswith(key + "["), err.message  # [i]: in a list
     assert err.file is not None and err.file.endswith("config.json")
     assert "Fix:" in err.message
     return err
