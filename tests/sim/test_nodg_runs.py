@@ -1,5 +1,7 @@
 """The nodg simulator's shortcuts change no result: a prompt's consecutive chunk iterations run
-as one event, and an arrival at a decoding replica takes the next step boundary at once, with
+as one event (the last one taken back when a request joins before it starts), the open loop
+has its own event loop, and an arrival at a decoding replica takes the next step boundary at
+once, with
 the timestamps of the event-by-event simulation (`_Run.ahead = False`) — bit for bit, on long
 prompts, payloads encoded inline, pipeline stages, closed loop and runs stopped early; only
 the event count drops."""
@@ -12,7 +14,7 @@ import pytest
 from hastune.config import parse_config
 from hastune.evaluate import Evaluation
 from hastune.recipe import load_recipe
-from hastune.sim import nodg
+from hastune.sim import nodg_run
 from tests.sim.replica_recipes import recipe
 
 
@@ -28,9 +30,9 @@ def _both(ev: Evaluation, spec: dict, rate: float, n: int, monkeypatch):
     sim = ev.simulator(parse_config(spec))
     reqs = ev.requests_at(rate, n)
     fast = sim.run(reqs, rate)
-    monkeypatch.setattr(nodg._Run, "ahead", False)
+    monkeypatch.setattr(nodg_run._Run, "ahead", False)
     slow = sim.run(reqs, rate)
-    monkeypatch.setattr(nodg._Run, "ahead", True)
+    monkeypatch.setattr(nodg_run._Run, "ahead", True)
     _same(fast, slow)
     return fast, slow
 
@@ -72,3 +74,40 @@ def test_chunk_runs_in_closed_loop(root, monkeypatch):
                     requests=300)
     spec = {"architecture": "nodg", "tp": 2, "replicas": 4, "chunk_tokens": 512}
     _both(ev, spec, 32, 300, monkeypatch)
+
+
+def _counted(monkeypatch, name: str) -> list:
+    calls: list = []
+    orig = getattr(nodg_run._Run, name)
+
+    def counted(self, *args):
+        calls.append(args)
+        return orig(self, *args)
+
+    monkeypatch.setattr(nodg_run._Run, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("rate", [0.5, 0.65])
+def test_taken_back_last_iterations_keep_every_timestamp(long_prompts, rate, monkeypatch):
+    """A prompt's last chunk iteration, planned with the ones before it, is taken back when a
+    request joins its replica's queue before it starts: both happen on long prompts, and the
+    run matches one event per iteration."""
+    solo, retract = _counted(monkeypatch, "solo"), _counted(monkeypatch, "retract")
+    spec = {"architecture": "nodg", "tp": 2, "replicas": 4, "chunk_tokens": 512}
+    _both(long_prompts, spec, rate, 1500, monkeypatch)
+    assert len(solo) > 1000 and len(retract) > 20
+
+
+def test_taken_back_last_iterations_in_closed_loop(long_prompts, monkeypatch):
+    """Closed loop: the next arrival is not known ahead, so every multi-chunk prompt's last
+    iteration is planned and taken back when the next client's request joins before it."""
+    rec = long_prompts.recipe
+    arrival = type(rec.workload.arrival)(process="closed", think_s=0.5)
+    rec = rec.model_copy(update={"workload": rec.workload.model_copy(update={"arrival": arrival})})
+    ev = Evaluation(rec, requests=400)
+    retract = _counted(monkeypatch, "retract")
+    spec = {"architecture": "nodg", "tp": 2, "replicas": 4, "chunk_tokens": 512}
+    for clients in (4, 16):
+        _both(ev, spec, clients, 400, monkeypatch)
+    assert retract
