@@ -8,7 +8,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-EXIT_INPUT_ERROR = 2
+# One exit-code table for every command (README "Exit codes"; `hastune --help` epilog).
+EXIT_OK = 0
+EXIT_FAILED = 1          # the run failed, not the input: a worker died, the storage refused a write
+EXIT_INPUT_ERROR = 2     # bad input: the message names the file, the field and the fix
+EXIT_NO_CONFIG = 3       # no configuration meets the SLOs (tune, grid, prune, evaluate, simulate)
+EXIT_GATE = 4            # a quality gate failed: tune --baseline regression, profile check's gate
+EXIT_REQUESTS_LOST = 5   # serve: requests were rejected at arrival or failed
+EXIT_INTERRUPTED = 130   # Ctrl-C; re-run the same command to resume where that applies
+
+EXIT_BRIEF = {  # the --help epilog's form
+    EXIT_OK: "ok", EXIT_FAILED: "the run failed (re-run to resume)", EXIT_INPUT_ERROR: "bad input",
+    EXIT_NO_CONFIG: "no configuration meets the SLOs",
+    EXIT_GATE: "a gate failed (--baseline regression, profile check)",
+    EXIT_REQUESTS_LOST: "serve lost requests (rejected or failed)",
+    EXIT_INTERRUPTED: "interrupted",
+}
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_FAILED: "the run failed (a worker died, the storage refused a write); finished work "
+                 "is kept, re-run to resume",
+    EXIT_INPUT_ERROR: "bad input: a file, field or option is wrong (the message names the fix)",
+    EXIT_NO_CONFIG: "no configuration meets the SLOs (the message names the rule or probe "
+                    "that excluded them)",
+    EXIT_GATE: "a quality gate failed: tune's best is worse than --baseline by more than "
+               "--max-regression; profile check's held-out error is above its gate",
+    EXIT_REQUESTS_LOST: "serve: requests were rejected at arrival or failed (counts printed)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); re-run the same command to resume",
+}
 
 
 class InputError(Exception):
@@ -23,6 +50,11 @@ class InputError(Exception):
 
     def __reduce__(self):  # raised in a worker process, re-raised whole in the parent
         return (type(self), (self.file, self.field, self.problem, self.fix))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `--json` form of the error (one object on stdout)."""
+        return {"error": self.problem, "file": self.file, "field": self.field, "fix": self.fix,
+                "message": self.message, "exit_code": EXIT_INPUT_ERROR}
 
     @property
     def message(self) -> str:

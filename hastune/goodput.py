@@ -59,6 +59,23 @@ class GoodputResult:
     bracketed: bool = True
     early_stopped: bool = False
 
+    def failure(self, slo: SLO) -> str | None:
+        """Why no rate meets the SLOs (None when one does): the lowest rate probed and what
+        it missed."""
+        if self.goodput_rps > 0 or not self.probes:
+            return None
+        p = min(self.probes, key=lambda q: q.rate)
+        pct = f"P{self.percentile:g}"
+        missed = [f"{pct} {name} {got:.4g} s > SLO {want:g} s"
+                  for name, got, want in (("TTFT", p.ttft_p, slo.ttft_s),
+                                          ("TPOT", p.tpot_p, slo.tpot_s)) if got > want]
+        if not p.slo_met and not missed:
+            missed.append(f"SLO attainment {p.attainment:.1%}")
+        if p.slo_met and p.stability is not None and not p.stability.stable:
+            missed.append(f"not a steady state ({p.stability.reason})")
+        return (f"at {p.rate:.4g} req/s, the lowest rate probed: "
+                + ("; ".join(missed) or "the probe failed"))
+
     def as_dict(self) -> dict:
         return {
             "goodput_rps": self.goodput_rps,

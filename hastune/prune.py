@@ -40,6 +40,22 @@ from hastune.workload import RequestSet
 
 Config = AnyConfig
 RULES = ("structural", "engine", "memory", "zero_load", "equivalent", "capacity")
+RULE_MEANING = {
+    "structural": "not a valid deployment of its architecture",
+    "engine": "the engine cannot run it (--evaluator real)",
+    "memory": "weights and KV cache do not fit in GPU memory",
+    "zero_load": "misses the TTFT or TPOT SLO even with one request in the system",
+    "equivalent": "the same deployment as another one kept",
+    "capacity": "its goodput bound is below a goodput already reached",
+}
+
+
+def emptied(removed: dict[str, int], total: int) -> str:
+    """Why pruning kept nothing: each rule that removed configurations, largest first."""
+    parts = [f"{rule} {n} ({RULE_MEANING.get(rule, rule)})"
+             for rule, n in sorted(removed.items(), key=lambda kv: -kv[1]) if n]
+    return (f"pruning removed all {total} configurations: " + "; ".join(parts)
+            if total else "the search space holds no configuration at this GPU budget")
 
 
 @dataclass

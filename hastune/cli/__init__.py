@@ -6,33 +6,71 @@ import sys
 
 import typer
 
-from hastune.errors import EXIT_INPUT_ERROR, InputError
+from hastune import __version__
+from hastune.errors import EXIT_BRIEF, EXIT_INPUT_ERROR, EXIT_INTERRUPTED, InputError
+
+_EPILOG = "Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_BRIEF.items()) + "."
 
 app = typer.Typer(
     name="hastune",
     help="Find the Encode/Prefill/Decode deployment of a multimodal LLM with the most P90 goodput.",
+    epilog=_EPILOG,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        print(f"hastune {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Find the Encode/Prefill/Decode deployment of a multimodal LLM with the most P90 goodput."""
+
+
 def _register() -> None:
-    from hastune.cli import evaluate, profile, serve, simulate, tune, validate  # noqa: F401  (commands register)
-    from hastune.cli import model  # noqa: F401  (hastune model inspect)
+    from hastune.cli import (  # noqa: F401  (commands register)
+        evaluate,
+        model,
+        profile,
+        serve,
+        simulate,
+        tune,
+        validate,
+    )
+
+
+def _click_exceptions():
+    """click's exception module (typer ≥ 0.25 vendors its own click)."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # older typer: click itself
+        from click import exceptions
+    return exceptions
 
 
 def main() -> None:
-    _register()
-    try:
-        app()
-    except InputError as exc:
-        from rich.console import Console
-        from rich.markup import escape
+    from hastune.cli.report import emit_error, emit_input_error, json_mode
 
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[bold red]error:[/] {escape(exc.message)}", markup=True)  # keeps '[ray]' etc.
+    _register()
+    click = _click_exceptions()
+    try:
+        code = app(standalone_mode=False)  # click's errors come here, to be reported as ours
+    except click.ClickException as exc:  # a usage error: unknown option, missing argument
+        if json_mode():
+            emit_error(exc.exit_code, exc.format_message(), fix="see the command's --help")
+        else:
+            exc.show()
+        sys.exit(exc.exit_code)
+    except InputError as exc:
+        emit_input_error(exc)
         sys.exit(EXIT_INPUT_ERROR)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+    except (KeyboardInterrupt, typer.Abort):
+        emit_error(EXIT_INTERRUPTED, "interrupted", fix="run the same command again to resume")
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(code if isinstance(code, int) else 0)

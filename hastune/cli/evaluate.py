@@ -12,6 +12,7 @@ from rich.table import Table
 from hastune.cli import app
 from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s
 from hastune.config import load_config
+from hastune.errors import EXIT_NO_CONFIG
 from hastune.evaluate import check_requests, check_seed
 from hastune.evaluators import EVALUATORS, EvaluatorOptions, make_evaluator
 from hastune.recipe import load_recipe
@@ -30,7 +31,10 @@ def evaluate(
     backend: str = BACKEND_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
 ) -> None:
-    """Find the P90 goodput of a deployment: the highest rate that still meets the SLOs."""
+    """Find the P90 goodput of a deployment: the highest rate that still meets the SLOs.
+
+    Exit codes: 0 a rate meets the SLOs; 3 none does (the lowest probe's misses are printed);
+    2 bad input."""
     check_requests(requests)  # before any evaluator (the real one took 0 as "the default")
     check_seed(seed)
     rec, cfg = load_recipe(recipe), load_config(config)
@@ -69,8 +73,15 @@ def evaluate(
     if res.best_run is not None:
         out["at_goodput"] = {k: v for k, v in res.best_run.summary(rec.slo).items()
                              if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}
+    why = res.failure(rec.slo)
+    code = EXIT_NO_CONFIG if why else 0
+    out["exit_code"] = code
+    if why:
+        out["no_rate_meets_slo"] = why
     if as_json:
         print(dumps(out))
+        if code:
+            raise typer.Exit(code)
         return
     tab = Table(show_header=False)
     tab.add_row("goodput", f"[bold]{res.goodput_rps:.3f} req/s[/] "
@@ -83,3 +94,6 @@ def evaluate(
     if not res.bracketed:
         tab.add_row("note", "[yellow]the search hit its rate limit; the bound is not exact[/]")
     con.print(tab)
+    if why:
+        con.print(f"[red]no rate meets the SLOs[/]: {why}")
+        raise typer.Exit(code)

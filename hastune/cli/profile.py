@@ -15,7 +15,7 @@ from rich.table import Table
 
 from hastune.cli import app
 from hastune.cli.common import dumps
-from hastune.errors import InputError
+from hastune.errors import EXIT_GATE, InputError
 
 profile_app = typer.Typer(
     help="Latency profiles. `hastune profile --model M --device D --out P.yaml` measures a "
@@ -168,9 +168,10 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Error of the profile's kernel predictors on the rows they were fitted on and on the
-    held-out rows, per kernel kind (median and P90 |error|). Exit code 1 if a held-out median
-    for GEMM or attention is above 10%. For a measured profile (`hastune profile`): the
-    linear forms' error on the measured rows fitted and held out (no calibration data)."""
+    held-out rows, per kernel kind (median and P90 |error|). Exit code 4 (a gate failed) if a
+    held-out median for GEMM or attention is above 10%. For a measured profile (`hastune
+    profile`): the linear forms' error on the measured rows fitted and held out (no
+    calibration data)."""
     from hastune.calibrate.check import GATE_PCT, check_system
     from hastune.calibrate.tables import require_calibration
     from hastune.profile import load_profile
@@ -199,7 +200,7 @@ def check(
                                  (("fitted", r.fitted), ("held_out", r.held_out),
                                   ("roofline_only", r.roofline_only))} for r in rows},
             "linear_fit": {k: v.model_dump() for k, v in prof.fit.error.items()}}))
-        raise typer.Exit(0 if ok else 1)
+        raise typer.Exit(0 if ok else EXIT_GATE)
     con = Console(highlight=False)
     if not con.is_terminal:
         con.width = max(con.width, 130)  # the table is wide; pipes default to 80 columns
@@ -235,7 +236,7 @@ def check(
     verdict = ("[green]pass[/]" if ok else "[red]FAIL[/]")
     con.print(f"held-out median |error| ≤ {GATE_PCT:g}% for GEMM and attention: {verdict}")
     if not ok:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_GATE)
 
 
 def _check_measured(prof, as_json: bool) -> None:

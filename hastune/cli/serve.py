@@ -16,9 +16,7 @@ from rich.progress import Progress
 from hastune import archs
 from hastune.cli import app
 from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s
-
-EXIT_REQUESTS_LOST = 5  # a load run in which requests were rejected at arrival or failed
-EXIT_INTERRUPTED = 130
+from hastune.errors import EXIT_INTERRUPTED, EXIT_REQUESTS_LOST
 
 
 @app.command()

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from hastune.cli import app
 from hastune.cli.common import dumps, fmt_s, load_inputs
+from hastune.errors import EXIT_NO_CONFIG
 from hastune.evaluate import check_rate, check_requests, check_seed
 
 
@@ -25,7 +26,10 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Simulate a deployment at one arrival rate: TTFT/TPOT, SLO attainment, utilisation, and
-    whether the run is a steady state (the probe a goodput search would make at this rate)."""
+    whether the run is a steady state (the probe a goodput search would make at this rate).
+
+    Exit codes: 0 the run meets the SLOs (and is steady where judged); 3 it does not; 2 bad
+    input."""
     check_rate(rate)  # the values first: nothing is loaded for a run that cannot start
     check_requests(requests)
     check_seed(seed)
@@ -37,8 +41,12 @@ def simulate(
         s["passes"] = s["slo_met"] and run.verdict.stable
     s.update({"architecture": cfg.architecture, "seed": ev.seed, "wall_s": run.wall_s,
               "percentile": rec.slo.percentile, "profile": ev.profile.name})
+    code = 0 if s.get("passes", s["slo_met"]) else EXIT_NO_CONFIG
+    s["exit_code"] = code
     if as_json:
         print(dumps(s))
+        if code:
+            raise typer.Exit(code)
         return
     con = Console(highlight=False)
     t = Table(title=f"{rec.name}: {cfg.architecture} at {rate:g} req/s "
@@ -68,3 +76,5 @@ def simulate(
         mark = "[green]stable[/]" if v.stable else "[red]unstable[/]"
         con.print(f"steady state: {mark} ({v.reason}); throughput {v.throughput_rps:.4g} of "
                   f"{v.arrival_rps:.4g} req/s arriving over the last two thirds")
+    if code:
+        raise typer.Exit(code)

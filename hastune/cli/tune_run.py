@@ -10,7 +10,7 @@ import time
 from rich.console import Console
 from rich.live import Live
 
-EXIT_FAILED = 1  # a worker died, or the storage stopped accepting writes
+from hastune.errors import EXIT_FAILED
 
 
 def storage_errors() -> tuple[type[BaseException], ...]:
@@ -25,13 +25,20 @@ def one_line(exc: BaseException) -> str:
     return root_cause(exc)
 
 
-def fail(failures: list[str]) -> None:
-    """The run failed: one line per cause on stderr, exit 1."""
+def fail(failures: list[str], json_said: bool = False) -> None:
+    """The run failed: one line per cause on stderr (and with --json, unless the summary
+    saying so was printed already, one JSON error object on stdout), exit 1."""
     from rich.markup import escape
 
+    from hastune.cli.report import emit_error
+
     con = Console(stderr=True, highlight=False, soft_wrap=True)
-    for f in failures:
+    for f in failures[:-1] if not json_said else failures:
         con.print(f"[bold red]error:[/] {escape(f)}")
+    if not json_said:
+        emit_error(EXIT_FAILED, failures[-1], fix="fix the cause and run the same command "
+                   "again: finished trials are kept in the study", message="; ".join(failures)
+                   if len(failures) > 1 else None)
     sys.exit(EXIT_FAILED)
 
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from hastune.cli import app
-from hastune.errors import InputError
+from hastune.errors import EXIT_INPUT_ERROR, InputError
 from hastune.yamlio import read_yaml_mapping
 
 KINDS = ("recipe", "deployment", "profile")
@@ -59,10 +60,37 @@ def validate_file(path: Path) -> tuple[str, str]:
 
 
 @app.command()
-def validate(files: list[Path] = typer.Argument(..., help="recipe, deployment or profile YAML")
-             ) -> None:
-    """Check input files; print one line each. Exit code 2 on the first bad one."""
-    console = Console(highlight=False)
+def validate(files: list[Path] = typer.Argument(..., help="recipe, deployment or profile YAML"),
+             as_json: bool = typer.Option(False, "--json", help="print one JSON object: a "
+                                          "result per file")) -> None:
+    """Check input files: every one, one line each (the bad ones' errors on stderr). Exit code
+    2 when any is bad."""
+    from hastune.cli.common import dumps
+
+    console = Console(highlight=False, stderr=as_json)
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    results = []
     for f in files:
-        kind, desc = validate_file(f)
-        console.print(f"[green]ok[/] {f} ({kind}): {desc}")
+        try:
+            kind, desc = validate_file(f)
+        except InputError as exc:
+            errors.print(f"[bold red]error:[/] {escape(exc.message)}")  # one line each
+            results.append({"file": str(f), "ok": False, **exc.as_dict()})
+            continue
+        results.append({"file": str(f), "ok": True, "kind": kind, "description": desc})
+        if not as_json:
+            console.print(f"[green]ok[/] {escape(str(f))} ({kind}): {escape(desc)}")
+    bad = sum(1 for r in results if not r["ok"])
+    code = EXIT_INPUT_ERROR if bad else 0
+    if as_json:
+        first = next((r for r in results if not r["ok"]), None)
+        error = {k: first[k] for k in ("error", "file", "field", "fix", "message")} \
+            if first else {}
+        if bad > 1:
+            error["error"] = f"{bad} of {len(results)} files are bad; the first: {first['error']}"
+        print(dumps({**error, "ok": not bad, "checked": len(results), "bad": bad,
+                     "files": results, "exit_code": code}))
+    elif len(results) > 1:
+        console.print(f"{len(results) - bad} of {len(results)} files ok")
+    if code:
+        raise typer.Exit(code)
