@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -10,17 +11,16 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from hastune.cli import app
 from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps
-from hastune.cli.tune_run import EXIT_FAILED, fail, one_line, run_workers, storage_errors
+from hastune.cli.tune_run import fail, one_line, run_workers, storage_errors
 from hastune.config import config_dict, parse_config
-from hastune.errors import InputError
+from hastune.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CONFIG, InputError
+from hastune.errors import EXIT_GATE as EXIT_REGRESSION
 from hastune.evaluators import EVALUATORS
-
-EXIT_NO_CONFIG = 3
-EXIT_REGRESSION = 4
 
 
 def _fmt_cfg(cfg: dict | None) -> str:
@@ -112,13 +112,18 @@ def tune(
                                          help="a previous summary.json to compare against"),
     max_regression: float = typer.Option(0.05, "--max-regression",
                                          help="allowed goodput drop vs --baseline (share)"),
+    force: bool = typer.Option(False, "--force", help="resume a study tuned with another "
+                               "recipe, sampler or evaluator (refused without it), or "
+                               "compare with a --baseline of another recipe"),
     backend: str = BACKEND_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
 ) -> None:
     """Find the deployment with the most P90 goodput: prune, then Bayesian optimisation.
 
     Exit codes: 0 found a configuration that meets the SLOs; 3 none does; 4 the best is worse
-    than --baseline by more than --max-regression; 2 bad input; 1 the run failed (a worker
+    than --baseline by more than --max-regression; 2 bad input (also: resuming a study
+    tuned with another recipe or sampler, a --baseline of another recipe; --force allows
+    both); 1 the run failed (a worker
     died, the storage stopped accepting writes: finished trials are kept, re-run to resume);
     130 interrupted (re-run the same command to resume)."""
     import optuna
@@ -131,6 +136,9 @@ def tune(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     check_storage(storage, out)  # before any work: where the study and the outputs go
     check_out(out)
+    if not (math.isfinite(max_regression) and 0 <= max_regression < 1):
+        raise InputError(None, "--max-regression", f"must be a share in [0, 1) (got "
+                         f"{max_regression})", "give the allowed drop, e.g. 0.05 for 5%")
     base = None
     if baseline is not None:
         base = _read_baseline(baseline)
@@ -138,11 +146,15 @@ def tune(
     opts = TuneOptions(trials=trials, sampler=sampler, evaluator=evaluator, storage=storage,
                        study=study, workers=workers, out=str(out), seed=seed,
                        prune=not no_prune, backend=backend, ray_address=ray_address,
-                       early_stop=early_stop)
+                       early_stop=early_stop, force=force)
     from hastune.tune.samplers import make_sampler
 
     make_sampler(sampler, 0)  # unknown sampler / missing torch: fail before any work
     tuner = Tuner(rec, opts)
+    if base is not None:
+        from hastune.tune.identity import check_baseline
+
+        check_baseline(baseline, base, tuner.recipe_sha256, rec.name, force)
     console = Console(stderr=True, highlight=False)
     t0 = time.perf_counter()
     st = tuner.open_study(0)
@@ -174,7 +186,7 @@ def tune(
     if failures:
         summary["failures"] = failures
         code = EXIT_FAILED
-    summary["exit_code"] = 130 if interrupted else code
+    summary["exit_code"] = EXIT_INTERRUPTED if interrupted else code
     try:
         files = write_outputs(tuner, st, summary, final, plots=not no_plots)
     except storage_errors() as exc:
@@ -188,7 +200,8 @@ def tune(
         console.print(f"{summary['evaluations']} evaluations, {summary['trials']} trials in "
                       f"{summary['wall_s']:.1f} s; wrote " + ", ".join(str(f) for f in files))
         if code == EXIT_NO_CONFIG:
-            console.print("[red]no configuration meets the SLOs[/]")
+            console.print("[red]no configuration meets the SLOs[/]: "
+                          f"{escape(summary['no_config_reason'])}")
         if code == EXIT_REGRESSION:
             console.print(f"[red]regression: {summary['goodput_rps']:.3f} < baseline "
                           f"{summary['baseline_goodput_rps']:.3f} req/s by more than "
@@ -196,9 +209,9 @@ def tune(
     if interrupted:
         console.print("interrupted: finished trials are in the study; run the same command "
                       "to resume")
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     if failures:
-        fail(failures)
+        fail(failures, json_said=as_json)  # with --json the summary printed says it
     if code:
         sys.exit(code)
 
@@ -229,12 +242,20 @@ def prune_cmd(
         "margin reaches the lower bound (default: (1 + tolerance) / (1 − shortfall))"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Stage 1 alone: how many configurations each rule removes, and the survivors by bound."""
+    """Stage 1 alone: how many configurations each rule removes, and the survivors by bound.
+
+    Exit codes: 0 some configuration is kept; 3 every one is removed (the rules that removed
+    them are named); 2 bad input."""
     from hastune.evaluate import Evaluation
-    from hastune.prune import prune
+    from hastune.prune import emptied, prune
     from hastune.recipe import load_recipe
     from hastune.space import space_for
 
+    _check_count(top, "--top", "candidates to list")
+    _check_count(probe_top, "--probe-top", "candidates to simulate (0: no capacity rule)")
+    if margin is not None and not (math.isfinite(margin) and margin > 0):
+        raise InputError(None, "--margin", f"must be a finite number > 0 (got {margin})",
+                         "give an allowance such as 1.2, or leave it out for the derived one")
     rec = load_recipe(recipe)
     ev = Evaluation(rec)
     reports = {}
@@ -243,16 +264,24 @@ def prune_cmd(
         reports[arch] = prune(rec, ev.profile, ev.requests, space,
                               evaluate=lambda c: ev.goodput(c).goodput_rps,
                               probe_top=probe_top, margin=margin)
+    total = sum(r.total for r in reports.values())
+    rules = {k: sum(r.removed[k] for r in reports.values())
+             for k in next(iter(reports.values())).removed}
+    why = emptied(rules, total) if not any(r.kept for r in reports.values()) else None
+    code = EXIT_NO_CONFIG if why else 0
     if as_json:
         if len(reports) == 1:
-            print(dumps(next(iter(reports.values())).as_dict(top)))
+            out = next(iter(reports.values())).as_dict(top)
         else:
-            agg = {"total": sum(r.total for r in reports.values()),
-                   "kept": sum(len(r.kept) for r in reports.values()),
-                   "rules": {k: sum(r.removed[k] for r in reports.values())
-                             for k in next(iter(reports.values())).removed},
+            out = {"total": total, "kept": sum(len(r.kept) for r in reports.values()),
+                   "rules": rules,
                    "architectures": {a: r.as_dict(top) for a, r in reports.items()}}
-            print(dumps(agg))
+        out["exit_code"] = code
+        if why:
+            out["no_config_reason"] = why
+        print(dumps(out))
+        if code:
+            raise typer.Exit(code)
         return
     con = Console(highlight=False)
     for arch, rep in reports.items():
@@ -271,6 +300,14 @@ def prune_cmd(
                       *(f"{c.stages[s]:.1f}" for s in ("encode", "prefill", "decode", "network")),
                       "-" if c.goodput is None else f"{c.goodput:.2f}")
         con.print(t)
+    if why:
+        con.print(f"[red]no configuration meets the SLOs[/]: {escape(why)}")
+        raise typer.Exit(code)
+
+
+def _check_count(value: int, flag: str, what: str) -> None:
+    if value < 0:
+        raise InputError(None, flag, f"must be ≥ 0 (got {value})", f"give the number of {what}")
 
 
 @app.command()
@@ -282,10 +319,13 @@ def grid(
     top: int = typer.Option(10, "--top", help="rows to show"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """Evaluate the whole space exhaustively (small budgets; checking the tuner)."""
+    """Evaluate the whole space exhaustively (small budgets; checking the tuner).
+
+    Exit codes: 0 some configuration meets the SLOs; 3 none does; 2 bad input."""
     from hastune.tune.grid import run_grid
     from hastune.tune.storage import check_out
 
+    _check_count(top, "--top", "rows to show")
     if out is not None:
         check_out(out)  # before the work, not after it
     res = run_grid(recipe, prune_first=not no_prune, workers=workers)
@@ -300,8 +340,17 @@ def grid(
             w.writerow([*keys, "goodput_rps"])
             for r in res["results"]:
                 w.writerow([*(r["config"].get(k, "") for k in keys), r["goodput_rps"]])
+    best = max((r["goodput_rps"] for r in res["results"]), default=0.0)
+    code = 0 if best > 0 else EXIT_NO_CONFIG
+    res["exit_code"] = code
+    if code:
+        res["no_config_reason"] = (f"none of the {res['evaluated']} evaluated configurations "
+                                   "meets the SLOs at any rate" if res["evaluated"] else
+                                   "no configuration was evaluated (the pruned space is empty)")
     if as_json:
         print(dumps(res))
+        if code:
+            raise typer.Exit(code)
         return
     con = Console(highlight=False)
     t = Table(title=f"{res['evaluated']} configurations evaluated in {res['wall_s']:.1f} s "
@@ -312,3 +361,6 @@ def grid(
     for i, r in enumerate(res["results"][:top], 1):
         t.add_row(str(i), _fmt_cfg(r["config"]), f"{r['goodput_rps']:.3f}")
     con.print(t)
+    if code:
+        con.print(f"[red]no configuration meets the SLOs[/]: {res['no_config_reason']}")
+        raise typer.Exit(code)

@@ -67,6 +67,7 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
         "best_config": best_cfg,
         "goodput_rps": goodput,
         "goodput_per_gpu": goodput / gpus if gpus else 0.0,
+        "best_gpus": gpus if best_cfg else None,
         "meets_slo": goodput > 0,
         "evaluations": len(evaluated_trials(study)),
         "trials": len(trials),
@@ -76,6 +77,7 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
         "pruned": prep,
         "sampler": tuner.opts.sampler,
         "seed": tuner.seed,
+        "recipe_sha256": tuner.recipe_sha256,
         "workload_seed": rec.seed,
         "architectures": rec.architectures,
         "slo": rec.slo.model_dump(),
@@ -84,10 +86,32 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
         "wall_s": wall_s,
         "convergence": convergence(study),
     }
+    if len(tuner.history) > 1:  # resumed with --force under other settings: say which
+        out["searched_with"] = tuner.history
+        out["sampler"] = "+".join(dict.fromkeys(h["sampler"] for h in tuner.history))
+    if not out["meets_slo"]:
+        out["no_config_reason"] = no_config_reason(out, final, rec)
     if final is not None and final.best_run is not None:
         out["at_goodput"] = {k: v for k, v in final.best_run.summary(rec.slo).items()
                              if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}
     return out
+
+
+def no_config_reason(summary: dict[str, Any], final: GoodputResult | None, rec) -> str:
+    """Why no configuration meets the SLOs: the pruning rules that removed every one, or
+    what the first evaluated one (the best-bounded) missed at its lowest probed rate."""
+    from hastune.prune import emptied
+
+    prep = summary.get("pruned") or {}
+    if summary["evaluations"] == 0:
+        if prep.get("kept") == 0:
+            return emptied(prep.get("rules", {}), int(prep.get("total", 0)))
+        return "no configuration was evaluated"
+    why = final.failure(rec.slo) if final is not None else None
+    cfg = summary.get("best_config") or {}
+    return (f"none of the {summary['evaluations']} evaluated configurations meets them at any "
+            f"rate; the first ({cfg.get('architecture', '?')} on "
+            f"{summary.get('best_gpus', '?')} GPUs) " + (f"{why}" if why else "has goodput 0"))
 
 
 def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],

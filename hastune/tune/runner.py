@@ -33,6 +33,8 @@ from hastune.prune import Bounds, derived_margin
 from hastune.recipe import Recipe, load_recipe
 from hastune.space import space_for
 from hastune.tune.claims import FAIL, STALE_S, Reaper, census, claim, finish, is_memory, new_trial
+from hastune.tune.grid import MAX_WORKERS
+from hastune.tune.identity import check_resume, recipe_sha256, study_identity
 from hastune.tune.params import Parametrization
 from hastune.tune.prepare import prune_study
 from hastune.tune.samplers import CONSTRAINT, SkoptProposer, make_sampler
@@ -70,6 +72,7 @@ class TuneOptions:
     backend: str = "local"          # the engine's, with evaluator real
     ray_address: str | None = None
     prepare_timeout_s: float = 3600.0  # how long to wait for another process's pruning
+    force: bool = False             # resume a study tuned with another recipe or sampler
 
 
 def config_key(cfg: Config) -> str:
@@ -106,9 +109,9 @@ class Tuner:
         if opts.trials < 1:
             raise InputError(None, "--trials", f"must be ≥ 1 (got {opts.trials})",
                              "give the number of evaluations to run")
-        if opts.workers < 1:
-            raise InputError(None, "--workers", f"must be ≥ 1 (got {opts.workers})",
-                             "give the number of worker processes")
+        if not 1 <= opts.workers <= MAX_WORKERS:
+            raise InputError(None, "--workers", f"must be in 1..{MAX_WORKERS} (got "
+                             f"{opts.workers})", "give the number of worker processes")
         check_storage(opts.storage, Path(opts.out))  # before any work: one that cannot work
         if opts.storage is None:
             check_out(Path(opts.out))
@@ -131,6 +134,8 @@ class Tuner:
         self.margin = derived_margin(recipe) if opts.margin is None else opts.margin
         self.study_name = opts.study or f"{recipe.name}-{'+'.join(recipe.architectures)}"
         self.prepared: Prepared | None = None
+        self.recipe_sha256 = recipe_sha256(recipe, self.ev.profile)
+        self.history: list[dict] = []  # the settings the study was searched with
 
     # -- the study ------------------------------------------------------------------------
     def open_study(self, worker: int = 0) -> optuna.Study:
@@ -141,6 +146,9 @@ class Tuner:
                                         direction="maximize", sampler=sampler,
                                         load_if_exists=True)
             self.reaper.reap(study)  # repair what dead processes left
+            self.history = check_resume(study, study_identity(
+                self.recipe, self.recipe_sha256, self.opts.sampler, self.seed,
+                self.opts.evaluator), self.opts.force, self.opts.storage or self.opts.out)
         except storage_errors() as exc:
             raise InputError(self.opts.storage or self.opts.out, "--storage",
                              f"cannot open study {self.study_name!r} ({root_cause(exc)})",

@@ -114,20 +114,62 @@ def test_exit_codes_for_ci(small_recipe, tmp_path):
     r = hastune("tune", str(impossible), "--trials", "3", "--out", str(tmp_path / "a"),
                 "--no-plots", "--json")
     assert r.returncode == 3, r.stderr
-    assert json.loads(r.stdout)["meets_slo"] is False
+    none = json.loads(r.stdout)
+    assert none["meets_slo"] is False and none["exit_code"] == 3
+    # the rule that removed everything is named: every configuration misses the TPOT SLO
+    # at zero load
+    assert "zero_load" in none["no_config_reason"], none["no_config_reason"]
 
+    r = hastune("tune", str(small_recipe), "--trials", "3", "--out", str(tmp_path / "b"),
+                "--no-plots", "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
     base = tmp_path / "baseline.json"
-    base.write_text(json.dumps({"goodput_rps": 1e6}))
+    base.write_text(json.dumps({**s, "goodput_rps": 1e6}))
     r = hastune("tune", str(small_recipe), "--trials", "3", "--out", str(tmp_path / "b"),
                 "--no-plots", "--json", "--baseline", str(base), "--max-regression", "0.05")
     assert r.returncode == 4, r.stderr
-    s = json.loads(r.stdout)
-    assert s["regression"] > 0.05
-    base.write_text(json.dumps({"goodput_rps": s["goodput_rps"]}))
+    assert json.loads(r.stdout)["regression"] > 0.05
+    base.write_text(json.dumps(s))
     r = hastune("tune", str(small_recipe), "--trials", "3", "--out", str(tmp_path / "b"),
                 "--no-plots", "--json", "--baseline", str(base))
+    assert r.returncode == 0, r.stderr
+    # a baseline of another recipe is refused, naming the field; --force compares anyway
+    other = str(tmp_path / "a" / "summary.json")
+    r = hastune("tune", str(small_recipe), "--trials", "3", "--out", str(tmp_path / "b"),
+                "--no-plots", "--json", "--baseline", other)
+    assert r.returncode == 2 and "recipe_sha256" in r.stderr, r.stderr
+    assert json.loads(r.stdout)["field"] == "recipe_sha256"
+    r = hastune("tune", str(small_recipe), "--trials", "3", "--out", str(tmp_path / "b"),
+                "--no-plots", "--json", "--baseline", other, "--force")
     assert r.returncode == 0, r.stderr
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     r = hastune("tune", str(small_recipe), "--baseline", str(bad), "--out", str(tmp_path / "c"))
     assert r.returncode == 2 and "bad.json" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_resume_refuses_another_sampler_or_recipe_unless_forced(small_recipe, tmp_path):
+    out = str(tmp_path / "o")
+    common = ("--out", out, "--no-plots", "--json", "--no-prune", "--study", "s")
+    r = hastune("tune", str(small_recipe), "--trials", "2", *common)
+    assert r.returncode == 0, r.stderr
+    first = json.loads(r.stdout)
+    r = hastune("tune", str(small_recipe), "--trials", "3", "--sampler", "random", *common)
+    assert r.returncode == 2 and "sampler 'tpe', now 'random'" in r.stderr, r.stderr
+    assert json.loads(r.stdout)["field"] == "--sampler"
+    data = yaml.safe_load(small_recipe.read_text())
+    data["slo"]["ttft_s"] *= 2  # another recipe under the same study name
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**data, "name": yaml.safe_load(
+        small_recipe.read_text()).get("name", "recipe")}))
+    r = hastune("tune", str(other), "--trials", "3", *common)
+    assert r.returncode == 2 and "recipe" in json.loads(r.stdout)["field"], r.stderr
+    # nothing was added to the study by the refused runs
+    r = hastune("tune", str(small_recipe), "--trials", "3", "--sampler", "random", "--force",
+                *common)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["evaluations"] == 3 and s["sampler"] == "tpe+random"
+    assert [h["sampler"] for h in s["searched_with"]] == ["tpe", "random"]
+    assert s["recipe_sha256"] == first["recipe_sha256"]
