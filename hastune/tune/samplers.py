@@ -27,7 +27,10 @@ def is_infeasible(trial: optuna.trial.FrozenTrial) -> bool:
 
 
 def _tpe(seed: int, startup: int) -> optuna.samplers.BaseSampler:
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True)
+    # constant_liar: trials running in other workers count as bad guesses, so concurrent
+    # workers spread out instead of proposing around the same point (no effect alone)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True,
+                                      constant_liar=True)
 
 
 def _gp(seed: int, startup: int) -> optuna.samplers.BaseSampler:
