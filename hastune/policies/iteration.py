@@ -69,6 +69,14 @@ class IterationScheduler:
         self.waiting.append(p)
         return True
 
+    def queue(self, req: object, need: float, total: float) -> Prompt | None:
+        """`add` of a new Prompt(req, need, total): that prompt, or None (not queued)."""
+        if need > self.kv_cap:
+            return None
+        p = Prompt(req, need, total)
+        self.waiting.append(p)
+        return p
+
     def admit(self, running: int, running_kv: float) -> int:
         """Give KV and a seat to waiting requests, FIFO, while both allow; how many."""
         waiting, pf = self.waiting, self.prefilling

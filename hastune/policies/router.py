@@ -44,8 +44,9 @@ class LeastInFlight:
     """Sends each request to the replica with the fewest requests in flight (ties: the lowest
     index), optionally among the `live` ones only; `finish` ends a request wherever it went.
 
-    `where` maps a request key (the simulator's request index, the engine's request id) to its
-    replica for as long as the request is in flight."""
+    `where` maps a request key (the engine's request id) to its replica for as long as the
+    request is in flight; a caller that knows where each request went uses `pick` and `release`
+    instead."""
 
     __slots__ = ("inflight", "where")
 
@@ -65,6 +66,18 @@ class LeastInFlight:
         load[k] += 1
         self.where[key] = k
         return k
+
+    def pick(self) -> int:
+        """`route` for a caller that keeps where its requests went (the simulators): the
+        replica with the fewest in flight, now one more there; `release` ends them."""
+        load = self.inflight
+        k = load.index(min(load))  # the first of equals
+        load[k] += 1
+        return k
+
+    def release(self, k: int, n: int = 1) -> None:
+        """n requests that `pick` sent to replica k left it."""
+        self.inflight[k] -= n
 
     def finish(self, key: object) -> int | None:
         """Request `key` left its replica (finished, failed or rejected): that replica, or None

@@ -99,31 +99,51 @@ class InstanceTiming:
         return self.mixed_fixed + d.per_seq_s * n + d.per_context_token_s * ctx + pf
 
     def mixed_run(self, k: int, t: float, n: int, ctx: float, chunk: float, done: float,
-                  busy: float, longest: float) -> tuple[float, float, float]:
+                  busy: float, longest: float,
+                  last: float = 0.0) -> tuple[float, float, float, float]:
         """k consecutive iterations that each decode the same n sequences (total context ctx
         at the first, n more at each next) beside the next `chunk` tokens of one prompt
         (`done` tokens in at the first). The same float operations, in the same order, as k
         calls of `mixed` timed one after the other, so the same timestamps as running them
         event by event: (t + the durations, busy + the durations, the longest of them and
-        `longest`), each sum taken one duration at a time."""
+        `longest`), each sum taken one duration at a time; and, with `last` > 0, the duration
+        of one more such iteration with `last` tokens of the prompt (`mixed` of it; 0.0
+        without)."""
         pf0 = self.p_tok * chunk
         p_sq = self.p_sq
-        hop = (self.pp - 1) * (self.hop_lat + chunk * self.hop_tok) if self.pp > 1 else 0.0
         if n == 0:
             base, per_ctx = self.p_fixed, 0.0  # p_fixed + 0.0 × ctx is p_fixed exactly
         else:
             d = self.decode
             base, per_ctx = self.mixed_fixed + d.per_seq_s * n, d.per_context_token_s
-        for _ in range(k):
-            d1 = done + chunk  # (+ hop: + 0.0 leaves a positive sum as it is)
-            dur = base + per_ctx * ctx + (pf0 + p_sq * (d1 * d1 - done * done) + hop)
-            t += dur
-            busy += dur
-            if dur > longest:
-                longest = dur
-            ctx += n
-            done = d1
-        return t, busy, longest
+        if self.pp > 1:
+            hop = (self.pp - 1) * (self.hop_lat + chunk * self.hop_tok)
+            for _ in range(k):
+                d1 = done + chunk
+                dur = base + per_ctx * ctx + (pf0 + p_sq * (d1 * d1 - done * done) + hop)
+                t += dur
+                busy += dur
+                if dur > longest:
+                    longest = dur
+                ctx += n
+                done = d1
+        else:
+            for _ in range(k):  # the same without the hops, as mixed() (the common case)
+                d1 = done + chunk
+                dur = base + per_ctx * ctx + (pf0 + p_sq * (d1 * d1 - done * done))
+                t += dur
+                busy += dur
+                if dur > longest:
+                    longest = dur
+                ctx += n
+                done = d1
+        if last <= 0:
+            return t, busy, longest, 0.0
+        d1 = done + last
+        pf = self.p_tok * last + p_sq * (d1 * d1 - done * done)
+        if self.pp > 1:
+            pf += (self.pp - 1) * (self.hop_lat + last * self.hop_tok)
+        return t, busy, longest, base + per_ctx * ctx + pf
 
 
 class ReplicaDecode(DecodeWorker):

@@ -76,8 +76,9 @@ class Planner:
         iteration gives it the whole budget b = chunk − n until its last (the plan of
         `IterationScheduler.plan`, computed here). The iterations known now make one event:
         those that start before the next decoding request finishes, then the one that
-        finishes p if no request arrives before it starts (it could share it) or p fills it.
-        Nothing in the replica changes in between — an arrival only queues behind p — and
+        finishes p — taken back (`retract`) if a request joins the queue before it starts,
+        as that request could share it, unless p fills its budget. Nothing else in the
+        replica changes in between — an arrival only queues behind p — and
         InstanceTiming.mixed_run times them as one by one; `rp.run` keeps how the event
         started, for `unwind`."""
         d = rp.dec
@@ -94,19 +95,18 @@ class Planner:
         else:
             full = int((left - 1) // b)  # iterations of b tokens before the last
             run = full if full < room else room
-            c = left - run * b if run == full else 0.0  # the last, if it is allowed
-        t_end = t
+            c = left - full * b if full < room else 0.0  # the last, before the next finish
+        t_end, busy, longest, last = tm.mixed_run(run, t, n, ctx, b, done, busy, longest, c)
         if run:
-            t_end, busy, longest = tm.mixed_run(run, t, n, ctx, b, done, busy, longest)
             p.done = done + run * b
-        last = 0.0
-        if c and (run == 0 or run < room):  # and the one that finishes p
+        if c:  # and the one that finishes p
             d0 = p.done
-            if run and c < b and not self.no_arrival(t_end):  # a request may arrive before it
-                rp.spec = (t_end, d0, busy, longest)  # and share it: `retract`
-                rp.spec_ver = rp.ver + 1
-            d1 = p.done = d0 + c
-            last = tm.mixed(n, ctx + n * run, c, d1 * d1 - d0 * d0)
+            if run and c < b:  # a request arriving before it would share it
+                i = self.next_arrival  # the first arrival not seen yet
+                if self.closed or (i < self.n_open and self.arr[i] < t_end):
+                    rp.spec = (t_end, d0, busy, longest)  # take it back then: `retract`
+                    rp.spec_ver = rp.ver + 1
+            p.done = d0 + c
             t_end += last
             busy += last
             if last > longest:
@@ -139,11 +139,6 @@ class Planner:
         rp.run = (*r[:9], 0.0, r[10], v)  # type: ignore[index]
         rp.ev_t = t
         heappush(self.heap, (t, PRIO_DONE, next(self.seq), STEP, k, v))
-
-    def no_arrival(self, t: float) -> bool:
-        """Whether no request arrives before t (open loop: the next one is known)."""
-        i = self.next_arrival  # the first arrival not seen yet
-        return not self.closed and (i >= self.n_open or self.arr[i] >= t)
 
     def iteration_s(self, rp: _Replica, chunks: list, tokens: float, sq: float, n: int,
                     ctx: float) -> float:
@@ -183,8 +178,8 @@ class Planner:
         t0 = t
         ctx += n
         if run:
-            t, rp.prefill_s, rp.max_iter = rp.tm.mixed_run(run, t, n, ctx, chunk, done, busy,
-                                                           longest)
+            t, rp.prefill_s, rp.max_iter, _ = rp.tm.mixed_run(run, t, n, ctx, chunk, done,
+                                                              busy, longest)
             rp.iters += run
             rp.target += run
         last = 0.0
@@ -211,7 +206,7 @@ class Planner:
         t, run, n, ctx, chunk, done, busy, longest, iters, last, lead, _ = rp.run  # type: ignore
         m = 0
         while m < run and t <= end:  # the boundary at t was reached: iteration m + 1 starts
-            t, busy, longest = rp.tm.mixed_run(1, t, n, ctx, chunk, done, busy, longest)
+            t, busy, longest, _ = rp.tm.mixed_run(1, t, n, ctx, chunk, done, busy, longest)
             ctx += n
             done += chunk
             m += 1

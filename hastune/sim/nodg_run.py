@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hastune.policies import IterationScheduler, LeastInFlight, Prompt
+from hastune.policies import IterationScheduler, LeastInFlight
 from hastune.sim.common import EventLoop, build_result, request_lists
 from hastune.sim.events import PRIO_DONE, SimulationError
 from hastune.sim.instance import InstanceTiming, ReplicaDecode
@@ -81,7 +81,7 @@ class _Run(Planner):
             tm.kv_cap = tm.kv_cap_mm if mm else tm.kv_cap_text
         self.reps = [_Replica(tm, tm.kv_cap, chunk) for tm in sim.timings]
         self.router = LeastInFlight(len(self.reps))
-        self.route, self.finish = self.router.route, self.router.finish
+        self.pick, self.release = self.router.pick, self.router.release
         self.closed = loop.closed
         self.next_arrival = 0  # the first pre-computed arrival not seen yet (open loop)
         self.arr, self.n_open = loop.arr, loop.n_open
@@ -134,60 +134,69 @@ class _Run(Planner):
                 break
         loop.t, loop.popped, loop.arrived = t, popped, i
 
-    def done(self, q: int, t: float) -> None:
-        """Request q left the system at t (finished or rejected)."""
-        self.finish(q)
+    def done(self, k: int, q: int, t: float) -> None:
+        """Request q left replica k and the system at t (finished or rejected)."""
+        self.release(k)
         if self.closed:
             self.loop.finished(q, t)
 
     def arrive(self, q: int, t: float) -> None:
         self.next_arrival = q + 1
-        k = self.route(q)
+        k = self.pick()
         rp = self.reps[k]
         pre = self.pre_tok[q]
         sched = rp.sched
         alone = self.solo_ok and not sched.waiting and not sched.prefilling
-        if not sched.add(Prompt(q, pre + self.out_tok[q], pre)):
+        p = sched.queue(q, pre + self.out_tok[q], pre)
+        if p is None:
             self.rejected.append(q)
             self.t_first[q] = self.t_last[q] = math.inf
-            self.done(q, t)
+            self.done(k, q, t)
             return
+        d = rp.dec
+        early = False
         if not rp.active:
             rp.active = True
             rp.busy_since = t
-            rp.dec.t0 = t
-            if alone and sched.admit(0, rp.dec.reserved):  # plan, inlined: nothing decodes
-                self.solo(rp, k, t, sched.prefilling[0], 0)
-            else:
-                self.plan(k, t)
-        elif not rp.in_iter:  # decoding only: the next step boundary takes it
-            d = rp.dec
+            d.t0 = t
+        elif rp.in_iter:  # it queues; but it may share the last iteration planned: retract
+            if rp.spec_ver == rp.ver and t < rp.spec[0]:  # type: ignore[index]
+                self.retract(rp, k)
+            return
+        else:  # decoding only: the next step boundary takes it
             tb, sb = d.boundary(t)
-            if tb < rp.ev_t:
-                i = q + 1  # nothing else comes first: that boundary, now
-                if self.early_ok and (i >= self.n_open or self.arr[i] >= tb):
-                    s = d.steps_run  # (for a run stopped before tb: result)
-                    rp.early = (tb, s, rp.iters, rp.prefill_s, rp.max_iter)
-                    run = d.running
-                    if run and run[0][0] <= sb:
-                        d.advance(tb, sb, self.t_last)
-                    else:  # advance, inlined: before the next finish
-                        d.steps_run = s + (sb - d.step)
-                        d.step = sb
-                        d.t0 = tb
-                    n = d.n
-                    if alone and n < sched.chunk and sched.admit(n, d.reserved):  # plan, inlined
-                        self.solo(rp, k, tb, sched.prefilling[0], n)
-                    else:
-                        self.plan(k, tb)
-                    rp.early_ver = rp.ver
-                    return
+            if tb >= rp.ev_t:
+                return
+            i = q + 1  # nothing else comes first: that boundary, now
+            if not (self.early_ok and (i >= self.n_open or self.arr[i] >= tb)):
                 rp.ver += 1
                 rp.ev_t = tb
                 rp.target = sb
                 heappush(self.heap, (tb, PRIO_DONE, next(self.seq), STEP, k, rp.ver))
-        elif rp.spec_ver == rp.ver and t < rp.spec[0]:  # type: ignore[index]
-            self.retract(rp, k)
+                return
+            s = d.steps_run  # (for a run stopped before tb: result)
+            rp.early = (tb, s, rp.iters, rp.prefill_s, rp.max_iter)
+            early = True
+            run = d.running
+            if run and run[0][0] <= sb:
+                fin = d.advance(tb, sb, self.t_last)  # (as `step` there)
+                self.release(k, len(fin))
+            else:  # advance, inlined: before the next finish
+                d.steps_run = s + (sb - d.step)
+                d.step = sb
+                d.t0 = tb
+            t = tb
+        n = d.n  # plan at t; for p alone, with IterationScheduler.admit inlined:
+        if (alone and n < sched.chunk and n < sched.seats
+                and d.reserved + sched.reserved + p.need <= sched.kv_cap):
+            sched.waiting.popleft()
+            sched.reserved += p.need
+            sched.prefilling.append(p)
+            self.solo(rp, k, t, p, n)
+        else:
+            self.plan(k, t)
+        if early:
+            rp.early_ver = rp.ver
 
     def step(self, k: int, t: float) -> None:
         """Replica k's pending event: the end of an iteration (the prompts it finished made
@@ -217,23 +226,23 @@ class _Run(Planner):
                     t_first[q] = t
                     if out_tok[q] <= 1:
                         self.t_last[q] = t
-                        self.done(q, t)
+                        self.done(k, q, t)
                     else:
                         d.join(q, p.total + 1.0, out_tok[q], p.need)
         else:
             fin = d.advance(t, rp.target, self.t_last)
         if fin:
-            finish = self.finish
-            for e in fin:
-                finish(e[1])
+            self.release(k, len(fin))
             if self.closed:
                 for e in fin:
                     self.loop.finished(e[1], t)
         sched = rp.sched
         if sched.waiting or sched.prefilling or d.n == 0:
             self.plan(k, t)
-        else:  # plan, inlined: decode to the next finish
-            tf, sf = d.next_finish()  # type: ignore[misc]
+        else:  # plan and ReplicaDecode.next_finish, inlined: decode to the next finish
+            n, sf, s = d.n, d.running[0][0], d.step
+            m, c = sf - s, d.c
+            tf = d.t0 + m * (d.a + d.b * n + c * (d.S + n * s)) + c * n * m * (m - 1) * 0.5
             v = rp.ver = rp.ver + 1
             rp.ev_t = tf
             rp.target = sf
