@@ -76,7 +76,13 @@ class Evaluation:
         check_requests(requests)
         check_seed(seed)
         self.recipe = recipe
-        self.profile = profile or recipe.load_profile()
+        if profile is None:
+            from hastune.evaluators import resolve_profile
+
+            profile, self.profile_source = resolve_profile(recipe)
+        else:
+            self.profile_source = None
+        self.profile = profile
         self.seed = recipe.seed if seed is None else seed
         self.base_requests = requests or recipe.workload.requests
         self._pool: RequestSet = sample_requests(
@@ -213,8 +219,11 @@ class Evaluation:
         return accepts(self.check, config)
 
     def describe(self) -> dict:
-        return {"requests_per_probe": len(self.requests), "profile": self.profile.name,
-                "probe_span_s": self.span_s}
+        out = {"requests_per_probe": len(self.requests), "profile": self.profile.name,
+               "probe_span_s": self.span_s}
+        if self.profile_source is not None:
+            out["profile_source"] = self.profile_source.as_dict()
+        return out
 
     def close(self) -> None:
         pass  # a simulator holds nothing

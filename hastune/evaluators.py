@@ -10,6 +10,7 @@ an evaluator's internals: what a trial may run is the evaluator's `runnable`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 from hastune.config import AnyConfig
 from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe
+from hastune.model_ref import ProfileSource, load_arch, precision_of, shipped_profile
+from hastune.profile import Profile
 from hastune.recipe import Recipe
 from hastune.runs import RunResult
 
@@ -58,6 +61,32 @@ class EvaluatorOptions:
     seed: int | None = None         # override the recipe's seed
     backend: str = "local"          # real: where the engine's workers run
     ray_address: str | None = None  # real: the Ray cluster to join
+
+
+def resolve_profile(recipe: Recipe, quiet: bool = False) -> tuple[Profile, ProfileSource]:
+    """The recipe's profile and where it came from: its `profile:` file or a shipped one
+    (hastune.model_ref.shipped_profile), else one built from kernel tables on first use and
+    cached (hastune.calibrate.ondemand; one stderr line says so unless `quiet`). The seam
+    between the core, which never imports hastune.calibrate, and the builder."""
+    path = shipped_profile(recipe)
+    if path is not None:
+        kind = "file" if recipe.profile else "shipped"
+        return recipe.load_profile(), ProfileSource(kind, str(path), precision_of(recipe),
+                                                    recipe.engine)
+    from hastune.calibrate import ondemand
+    from hastune.calibrate.aic import PACKAGE, package_version
+
+    arch = load_arch(recipe)
+    prec = precision_of(recipe, arch)
+    req = ondemand.Request(arch, recipe.cluster.gpu, prec, recipe.engine)
+    got = ondemand.ensure(req, recipe.path)
+    src = ProfileSource("built" if got.built else "cache", str(got.path), prec, recipe.engine,
+                        f"{PACKAGE} {package_version()}", got.seconds)
+    if got.built and not quiet:
+        print(f"hastune: built profile {got.profile.name} ({prec.label}, {recipe.engine.name} "
+              f"kernels of {src.kernels}) in {got.seconds:.1f} s -> {got.path} (cached; "
+              f"clear with: rm -r {got.path.parent})", file=sys.stderr, flush=True)
+    return got.profile, src
 
 
 def _sim(recipe: Recipe, o: EvaluatorOptions) -> Evaluator:

@@ -12,13 +12,15 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
 from hastune import archs
 from hastune.cluster import Cluster
 from hastune.errors import InputError, from_pydantic
-from hastune.profile import Profile, available_profiles, find_profile, load_profile
+from hastune.model_ref import Engine, Precision, no_profile, shipped_profile
+from hastune.profile import Profile, load_profile
 from hastune.yamlio import read_yaml_mapping
 
 MODALITIES = ("text", "image", "video", "audio")
@@ -303,7 +305,12 @@ class Evaluator(_Strict):
 class Recipe(_Strict):
     kind: Literal["recipe"] = "recipe"
     name: str = "recipe"
-    model: str = Field(description="model name; with cluster.gpu selects profiles/<gpu>/<model>")
+    model: str = Field(description="a shipped model's name, or a config.json (or its folder) "
+                       "relative to the recipe (hastune.model_ref)")
+    precision: Precision | None = Field(default=None, description="weights / KV cache: bf16 "
+                                        "or fp8 (default: the checkpoint's, KV bf16)")
+    engine: Engine = Field(default_factory=Engine, description="whose kernels a built "
+                           "profile is fitted on (vllm, sglang, trtllm)")
     profile: str | None = Field(default=None, description="explicit profile path")
     cluster: Cluster
     workload: Workload = Field(default_factory=Workload)
@@ -341,6 +348,15 @@ class Recipe(_Strict):
                              "Fix: name each once")
         return v
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler):  # defaults left out: a study's recipe hash stays what it was
+        out = handler(self)
+        if self.precision is None:
+            out.pop("precision", None)
+        if self.engine == Engine():
+            out.pop("engine", None)
+        return out
+
     @property
     def architectures(self) -> list[str]:
         a = self.architecture
@@ -355,22 +371,11 @@ class Recipe(_Strict):
         return p if p.is_absolute() else self.base_dir / p
 
     def load_profile(self) -> Profile:
-        if self.profile:
-            p = self.resolve(self.profile)
-            if not p.exists():
-                raise InputError(self.path, "profile", f"profile file {self.profile} not found",
-                                 "check the path (relative to the recipe)")
-        else:
-            found = find_profile(self.model, self.cluster.gpu, self.base_dir)
-            if found is None:
-                have = available_profiles(self.base_dir)
-                raise InputError(
-                    self.path, "model",
-                    f"no profile for model {self.model!r} on GPU {self.cluster.gpu!r}",
-                    "use one of: " + (", ".join(have) if have else "(none found)")
-                    + " (as cluster.gpu/model), or set profile: <path to a profile YAML>",
-                )
-            p = found
+        """The explicit or shipped profile (hastune.model_ref.shipped_profile); InputError if
+        there is none (hastune.evaluators.resolve_profile then builds one)."""
+        p = shipped_profile(self)
+        if p is None:
+            raise no_profile(self)
         prof = load_profile(p)
         if prof.model != self.model and not self.profile:
             raise InputError(p, "model", f"profile is for {prof.model!r}, recipe wants "

@@ -176,6 +176,8 @@ def tune(
         summary = summarize(tuner, st, time.perf_counter() - t0, final)
     except storage_errors() as exc:
         fail([*failures, f"cannot read the study back ({one_line(exc)}): no outputs written"])
+    if "profile_source" in (desc := tuner.ev.describe()):  # built on demand, shipped, ...
+        summary["profile_source"] = desc["profile_source"]
     code = 0 if summary["meets_slo"] else EXIT_NO_CONFIG
     if base is not None:
         prev = float(base.get("goodput_rps", 0.0))
