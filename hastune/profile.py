@@ -308,9 +308,14 @@ def profile_search_dirs(base: Path | None = None) -> list[Path]:
     return out
 
 
-def find_profile(model: str, gpu: str, base: Path | None = None) -> Path | None:
+def find_profile(model: str, gpu: str, base: Path | None = None,
+                 precision: str = "bf16") -> Path | None:
+    """<dir>/<gpu>/<model>.yaml (bf16), or <model>.<precision>.yaml for another precision tag
+    (fp8, fp8-kvfp8, bf16-kvfp8: hastune.model_ref.Precision.tag), in the first search dir
+    holding one."""
+    name = f"{model}.yaml" if precision == "bf16" else f"{model}.{precision}.yaml"
     for d in profile_search_dirs(base):
-        cand = d / gpu / f"{model}.yaml"
+        cand = d / gpu / name
         if cand.exists():
             return cand
     return None

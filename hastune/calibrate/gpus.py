@@ -53,3 +53,43 @@ GPUS: dict[str, GPUSpec] = {
              "(362.05 TFLOP/s, 864 GB/s) by the compute ratio 1.006 and bandwidth ratio 1.111; "
              "usable memory as measured on L40S"),
 }
+
+# Systems of aiconfigurator-core's kernel database that no GPU above stands for, under
+# hastune-style names (type-memory, the vendor's capacity). Their specs (peak bf16 FLOP/s,
+# bandwidth, memory, NVLink bandwidth) are the package's systems/<system>.yaml; they have no
+# shipped profiles: a recipe naming one gets a profile built on demand
+# (hastune.calibrate.ondemand). The system's own name (b200_sxm, ...) is accepted too.
+SYSTEM_GPUS: dict[str, GPUSpec] = {
+    "b200-180gb": GPUSpec("b200-180gb", "B200-SXM-180GB", "b200_sxm"),
+    "b300-288gb": GPUSpec("b300-288gb", "B300-SXM-288GB", "b300_sxm"),
+    "gb200-186gb": GPUSpec("gb200-186gb", "GB200 (Grace Blackwell, 186 GB)", "gb200"),
+    "gb300-288gb": GPUSpec("gb300-288gb", "GB300 (Grace Blackwell Ultra, 288 GB)", "gb300"),
+    "rtx-pro-6000-96gb": GPUSpec("rtx-pro-6000-96gb", "RTX PRO 6000 Blackwell Server 96GB",
+                                 "rtx_pro_6000_server"),
+    "b60-24gb": GPUSpec("b60-24gb", "Intel Arc Pro B60 24GB", "b60"),
+}
+
+
+def gpu_names() -> list[str]:
+    """Every name `cluster.gpu` may give for a profile built on demand (hastune names, then
+    the kernel database's system names)."""
+    systems = sorted({s.system for s in (*GPUS.values(), *SYSTEM_GPUS.values())})
+    return [*GPUS, *SYSTEM_GPUS, *(s for s in systems if s not in GPUS)]
+
+
+def canonical_gpu(name: str) -> tuple[str, str] | None:
+    """(hastune name, what hastune.calibrate.aic_profiles.build_profile takes) for a GPU or
+    system name: a GPU of GPUS is itself; one of SYSTEM_GPUS, or a system either table names,
+    is built from the system's tables (a measured GPU of GPUS for its system: h100_sxm →
+    h100-80gb). None for a name neither knows."""
+    if name in GPUS:
+        return name, name
+    if name in SYSTEM_GPUS:
+        return name, SYSTEM_GPUS[name].system
+    for g, spec in GPUS.items():
+        if spec.system == name and not spec.derived:
+            return g, g
+    for g, spec in SYSTEM_GPUS.items():
+        if spec.system == name:
+            return g, spec.system
+    return None
