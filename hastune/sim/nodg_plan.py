@@ -23,8 +23,8 @@ class Planner:
 
     def plan(self, k: int, t: float) -> None:
         """Replica k at t, between iterations: admit, then start the next iteration that
-        carries prefill work (and the ones after it that are known now: chunk_run), or
-        decode to the next finish, or go idle."""
+        carries prefill work (and the ones after it that are known now: solo for one prompt,
+        chunk_run otherwise), or decode to the next finish, or go idle."""
         rp = self.reps[k]
         d = rp.dec
         sched = rp.sched
@@ -96,9 +96,12 @@ class Planner:
             full = int((left - 1) // b)  # iterations of b tokens before the last
             run = full if full < room else room
             c = left - full * b if full < room else 0.0  # the last, before the next finish
-        t_end, busy, longest, last = tm.mixed_run(run, t, n, ctx, b, done, busy, longest, c)
         if run:
+            t_end, busy, longest, last = tm.mixed_run(run, t, n, ctx, b, done, busy, longest, c)
             p.done = done + run * b
+        else:  # one iteration finishes p (short prompts)
+            t_end = t
+            last = tm.mixed(n, ctx, c, (done + c) * (done + c) - done * done)
         if c:  # and the one that finishes p
             d0 = p.done
             if run and c < b:  # a request arriving before it would share it

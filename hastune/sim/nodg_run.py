@@ -57,8 +57,9 @@ class _Replica:
 class _Run(Planner):
     """One run: the replicas, the router, the request lists, and the event handlers."""
 
-    ahead = True  # plan what is already known at once (chunk_run, arrivals); False: every
-    # iteration and step boundary is an event (the reference tests/sim/test_nodg_runs.py uses)
+    ahead = True  # plan what is already known at once (solo, chunk_run, arrivals) and run the
+    # open loop here (run_open); False: every iteration and step boundary is an event, through
+    # the shared loop (the reference tests/sim/test_nodg_runs.py uses)
 
     def __init__(self, sim: NoDGSimulator, reqs: RequestSet, rate: float):
         self.wall0 = time.perf_counter()
