@@ -1,5 +1,8 @@
 """Assemble a calibrated profile (the YAML mapping hastune.profile reads) for one model on
-one GPU: the base TP degree, the variants at the other degrees, and the fit record."""
+one GPU: the base TP degree, the variants at the other degrees, and the fit record. A MoE
+model also gets, at each TP degree ≥ 2 whose group divides its experts, an expert-parallel
+variant (ep = tp: whole experts per GPU) under `ep_variants`; the fit record names the kernel
+source when it is not the calibration folder and how MoE / MLA parts were timed."""
 
 from __future__ import annotations
 
@@ -41,6 +44,27 @@ def tp_degrees(model: str | ModelArch, dev: Device) -> list[int]:
             and LatencyModel(arch, dev, tp).fits()]
 
 
+def ep_degrees(arch: ModelArch, dev: Device, tp: int) -> list[int]:
+    """Expert-parallel degrees > 1 profiled at `tp`: ep = tp where the experts split."""
+    if not arch.llm.moe or tp < 2 or not arch.llm.supports_ep(tp):
+        return []
+    return [tp] if LatencyModel(arch, dev, tp, tp).fits() else []
+
+
+def _kernel_source(dev: Device) -> dict | None:
+    """The kernel database's settings (what `hastune profile check` builds the source from);
+    None for the calibration folder."""
+    from hastune.calibrate.aic import AicSource, package_version
+
+    src = dev.kernels.source
+    if not isinstance(src, AicSource):
+        return None
+    return {"database": "aiconfigurator-core", "package": package_version(),
+            "engine": src.engine, "version": src.version, "gemm_dtype": src.gemm_dtype,
+            "kv_dtype": src.kv_dtype, "moe_distribution": src.distribution,
+            "measured_with": dev.kernels.hw.measured_with}
+
+
 def _memory(lm: LatencyModel) -> dict:
     return {"gpu_bytes": float(lm.dev.mem_bytes), "weight_bytes": float(lm.weight_bytes),
             "encoder_weight_bytes": float(lm.encoder_weight_bytes),
@@ -49,7 +73,11 @@ def _memory(lm: LatencyModel) -> dict:
             "utilisation": UTILISATION}
 
 
-def _sections(lm: LatencyModel, errors: dict, suffix: str) -> dict:
+def _sections(lm: LatencyModel, errors: dict, suffix: str, comp: dict | None = None) -> dict:
+    if comp is not None:      # how MoE / MLA parts were timed, where it differs from the base
+        for k, v in lm.composition().items():
+            if comp.setdefault(k, v) != v:
+                comp[k + suffix] = v
     pre, dec = fit_prefill(lm), fit_decode(lm)
     errors["prefill" + suffix] = pre.stat()
     errors["decode" + suffix] = dec.stat()
@@ -96,6 +124,12 @@ def _method(model: str | ModelArch, dev: Device) -> str:
                          "systems' causal-attention times.")
     else:
         parts.append("Text-only model: the encode section is zero.")
+    if arch.llm.moe or arch.llm.mla:
+        parts.append("MoE / MLA parts as hastune.calibrate.latency composes them; which tables "
+                     "timed them: `fit.composition`." + (" Expert-parallel sections (whole "
+                                                          "experts per GPU, all-to-all per MoE "
+                                                          "layer): `ep_variants`."
+                                                          if arch.llm.moe else ""))
     if dev.gpu.derived:
         parts.append(f"Derived GPU: {dev.gpu.note}. Kernel times scaled by the roofline ratio "
                      f"(compute x{c:.3f}, memory bandwidth x{b:.3f}), all-reduce bandwidth "
@@ -116,10 +150,15 @@ def profile_dict(model: str | ModelArch, gpu: str | GPUSpec, root: Path | Kernel
     base = degrees[0]
     errors: dict[str, dict] = {}
     lm = LatencyModel(arch, dev, base)
-    sections = _sections(lm, errors, "")
+    comp: dict[str, str] = {}
+    sections = _sections(lm, errors, "", comp)
     encode = _encode(lm, errors)
-    variants = {tp: _sections(LatencyModel(arch, dev, tp), errors, f"@tp{tp}")
+    variants = {tp: _sections(LatencyModel(arch, dev, tp), errors, f"@tp{tp}", comp)
                 for tp in degrees[1:]}
+    ep_variants = {tp: {ep: {**_sections(LatencyModel(arch, dev, tp, ep), errors,
+                                         f"@tp{tp}ep{ep}", comp), "ep": ep}
+                        for ep in ep_degrees(arch, dev, tp)} for tp in degrees}
+    ep_variants = {tp: v for tp, v in ep_variants.items() if v}
     c, b, i = dev.scale
     fit = {"calibration": dev.kernels.hw.system,
            "holdout_fraction": dev.kernels.holdout_fraction,
@@ -127,7 +166,12 @@ def profile_dict(model: str | ModelArch, gpu: str | GPUSpec, root: Path | Kernel
            "scale": ({"compute": round(c, 4), "memory_bandwidth": round(b, 4),
                       "interconnect": round(i, 4)} if dev.gpu.derived else None),
            "error": errors}
-    return {
+    ksrc = _kernel_source(dev)
+    if ksrc is not None:
+        fit["kernel_source"] = ksrc
+    if comp:
+        fit["composition"] = comp
+    data = {
         "kind": "profile", "name": f"{model}@{gpu}", "model": model, "gpu": gpu,
         "source": _source(dev), "method": _method(arch, dev),
         "tp": base, "memory": sections["memory"],
@@ -135,6 +179,10 @@ def profile_dict(model: str | ModelArch, gpu: str | GPUSpec, root: Path | Kernel
         "encode": encode, "prefill": sections["prefill"], "decode": sections["decode"],
         "variants": variants, "fit": fit,
     }
+    if ep_variants:
+        data["ep_variants"] = ep_variants
+        data["fit"] = data.pop("fit")      # the fit record stays last
+    return data
 
 
 HEADER = ("# {how} profile: {name} (tp {tp}; variants at tp {variants}).\n"

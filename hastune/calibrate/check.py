@@ -1,5 +1,7 @@
 """How well the kernel predictors reproduce measured rows: the ones they were fitted on and
-the held-out ones they never saw (what `hastune profile check` prints)."""
+the held-out ones they never saw (what `hastune profile check` prints). The tables are a
+calibration folder's or any kernel source's (`source_of_fit` rebuilds the one a profile's fit
+record names, e.g. aiconfigurator-core at the engine, version and dtypes it was built with)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import numpy as np
 
 from hastune.calibrate.device import system_kernels
 from hastune.calibrate.kernels import abs_pct_error
+from hastune.calibrate.sources import KernelSource, as_source
 from hastune.calibrate.tables import (
     HOLDOUT_FRACTION,
     HOLDOUT_SEED,
@@ -52,18 +55,43 @@ class KindCheck:
         return self.held_out.median_pct <= GATE_PCT
 
 
-def check_system(root: Path, system: str, holdout_fraction: float = HOLDOUT_FRACTION,
-                 holdout_seed: int = HOLDOUT_SEED, max_rows: int | None = None
-                 ) -> list[KindCheck]:
+def source_of_fit(kernel_source: dict | None, root: Path | None) -> KernelSource:
+    """The kernel source a profile was fitted on: its fit record's `kernel_source` (the
+    aiconfigurator-core settings) if it has one, else the calibration folder `root`."""
+    if not kernel_source:
+        return as_source(root)
+    from hastune.calibrate.aic import AicSource, package_version
+    from hastune.errors import InputError
+
+    if kernel_source.get("database") != "aiconfigurator-core":
+        raise InputError(None, "fit.kernel_source.database", f"unknown kernel database "
+                         f"{kernel_source.get('database')!r}", "regenerate the profile")
+    have, want = package_version(), kernel_source.get("package")
+    if want and have != want:
+        raise InputError(None, "fit.kernel_source.package", f"the profile was fitted on "
+                         f"aiconfigurator-core {want}, {have} is installed",
+                         f"pip install aiconfigurator-core=={want}, or rebuild the profile")
+    return AicSource(engine=kernel_source.get("engine") or "vllm",
+                     version=kernel_source.get("version"),
+                     gemm_dtype=kernel_source.get("gemm_dtype") or "bf16",
+                     kv_dtype=kernel_source.get("kv_dtype") or "bf16",
+                     distribution=kernel_source.get("moe_distribution") or "power_law_1.2")
+
+
+def check_system(root: Path | KernelSource, system: str,
+                 holdout_fraction: float = HOLDOUT_FRACTION, holdout_seed: int = HOLDOUT_SEED,
+                 max_rows: int | None = None) -> list[KindCheck]:
     """Per kernel kind: the error of predictors fitted on the fit rows (at most `max_rows`
-    of them) on those rows and on the held-out rows."""
-    kern = system_kernels(Path(root), system, holdout_fraction, holdout_seed, max_rows)
+    of them) on those rows and on the held-out rows. `root`: a calibration folder or a
+    kernel source."""
+    src = as_source(root)
+    kern = system_kernels(src, system, holdout_fraction, holdout_seed, max_rows)
     out = []
     for kind in KINDS:
-        if not has_table(root, system, kind):
+        if not src.has_table(system, kind):
             out.append(KindCheck(kind, None, None, None))
             continue
-        fit_rows, held = load_table(root, system, kind).split(holdout_fraction, holdout_seed)
+        fit_rows, held = src.table(system, kind).split(holdout_fraction, holdout_seed)
         if kind == "allreduce":
             out.append(KindCheck(
                 kind, ErrorStat.of(_allreduce(kern, fit_rows.shapes), fit_rows.latency_s),

@@ -5,6 +5,11 @@ Scaling a measured kernel time t to another GPU keeps the fitted per-launch late
 scales the rest by the ratio of roofline times, max(F/P', B/W') / max(F/P, B/W): compute-bound
 kernels follow the compute ratio, memory-bound ones the bandwidth ratio. All-reduce keeps its
 small-message latency and scales the rest by the interconnect bandwidth ratio.
+
+The dtypes are the source's (`gemm_dtype`, `kv_dtype`; the CSV tables are bf16): GEMM and
+attention predictors are fitted with those element sizes (hastune.calibrate.kernels). The
+extra kinds of MoE and MLA models (fused MoE, the MLA block, all-to-all) are fitted on first
+use, where the source has them (`Device.extra`); dense models never read them.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from hastune.calibrate.gpus import GPUS, GPUSpec
-from hastune.calibrate.kernels import AllReduceModel, KernelModel
+from hastune.calibrate.kernels import DTYPE_BYTES, AllReduceModel, KernelModel, MoEModel
 from hastune.calibrate.sources import CSV_DATABASE, KernelSource, as_source
 from hastune.calibrate.tables import HOLDOUT_FRACTION, HOLDOUT_SEED, Hardware
 
 ATTENTION_PROXY_SYSTEM = "h100_sxm"  # encoder-attention table used where a system has none
+ATTENTION_KV_KINDS = ("context_attention", "generation_attention")   # read the KV cache
 
 
 @dataclass
@@ -33,6 +39,29 @@ class SystemKernels:
     holdout_fraction: float
     holdout_seed: int
     database: str = CSV_DATABASE   # the source's database and kernels (a profile's `source`)
+    source: KernelSource | None = None
+    gemm_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    extras: dict = field(default_factory=dict)   # kind → fitted model or None (no table)
+
+    def extra(self, kind: str):
+        """The predictor of an extra kind (moe, mla_*_module, nccl_alltoall) fitted on its
+        fit rows, or None where the source has no such table."""
+        if kind not in self.extras:
+            src, system = self.source, self.hw.system
+            model = None
+            if src is not None and src.has_table(system, kind):
+                rows, _ = src.table(system, kind).split(self.holdout_fraction,
+                                                       self.holdout_seed)
+                if kind == "moe":
+                    model = MoEModel.fit(rows)
+                elif kind.startswith("nccl_"):
+                    model = AllReduceModel.fit(rows)
+                else:
+                    model = KernelModel.fit(rows, self.hw, DTYPE_BYTES[self.gemm_dtype],
+                                            DTYPE_BYTES[self.kv_dtype])
+            self.extras[kind] = model
+        return self.extras[kind]
 
 
 def system_kernels(root: Path | KernelSource, system: str,
@@ -47,6 +76,9 @@ def system_kernels(root: Path | KernelSource, system: str,
 def _system_kernels(src: KernelSource, system: str, holdout_fraction: float,
                     holdout_seed: int, max_rows: int | None) -> SystemKernels:
     hw = src.hardware(system)
+    gemm_dtype = str(getattr(src, "gemm_dtype", "bf16"))
+    kv_dtype = str(getattr(src, "kv_dtype", "bf16"))
+    wb, kb = DTYPE_BYTES[gemm_dtype], DTYPE_BYTES[kv_dtype]
     models = {}
     for kind in ("gemm", "context_attention", "generation_attention", "encoder_attention"):
         if not src.has_table(system, kind):
@@ -56,10 +88,11 @@ def _system_kernels(src: KernelSource, system: str, holdout_fraction: float,
             keep = np.zeros(len(fit_rows), dtype=bool)
             keep[np.linspace(0, len(fit_rows) - 1, max_rows).astype(int)] = True
             fit_rows = fit_rows.subset(keep)
-        models[kind] = KernelModel.fit(fit_rows, hw)
+        models[kind] = KernelModel.fit(fit_rows, hw, wb if kind == "gemm" else 2.0,
+                                       kb if kind in ATTENTION_KV_KINDS else 2.0)
     ar_rows, _ = src.table(system, "allreduce").split(holdout_fraction, holdout_seed)
     return SystemKernels(hw, models, AllReduceModel.fit(ar_rows), holdout_fraction,
-                         holdout_seed, src.database)
+                         holdout_seed, src.database, src, gemm_dtype, kv_dtype)
 
 
 @dataclass
@@ -151,6 +184,56 @@ class Device:
         if gpus <= 1 or self.gpu.interconnect_ratio == 1.0:
             return t
         t0 = ar.fixed_s(gpus)
+        return t0 + np.maximum(t - t0, 0.0) / self.gpu.interconnect_ratio
+
+    # --- extra kinds (MoE and MLA models) -------------------------------------------------
+    def has_moe(self, key: tuple[int, ...]) -> bool:
+        """Whether the fused-MoE table measured this (hidden, inter, topk, experts, moe_tp,
+        moe_ep) shape."""
+        moe = self.kernels.extra("moe")
+        return moe is not None and moe.has(key)
+
+    def moe(self, key: tuple[int, ...], tokens) -> np.ndarray:
+        """One MoE layer's fused experts for `tokens` tokens (see has_moe); on a derived GPU
+        scaled by the roofline ratio of its experts' FLOPs and weight bytes."""
+        t = self.kernels.extra("moe").predict(key, tokens)
+        c, b, _ = self.scale
+        if c == 1.0 and b == 1.0:
+            return t
+        hidden, inter, topk, experts, mtp, mep = key
+        x = np.maximum(np.asarray(tokens, dtype=float), 1.0)
+        w = 3.0 * hidden * inter / mtp
+        local = experts / mep
+        touched = local * (1.0 - (1.0 - topk / experts) ** x)
+        flops = 2.0 * x * topk / mep * w
+        nbytes = DTYPE_BYTES[self.kernels.gemm_dtype] * touched * w
+        p, bw = self.kernels.hw.peak_flops, self.kernels.hw.mem_bw
+        return t * np.maximum(flops / (p * c), nbytes / (bw * b)) / np.maximum(flops / p,
+                                                                              nbytes / bw)
+
+    def mla_module(self, kind: str, shapes) -> np.ndarray | None:
+        """DeepSeek-V3's whole MLA block (mla_context_module / mla_generation_module rows),
+        or None where the source has no such table."""
+        model = self.kernels.extra(kind)
+        if model is None:
+            return None
+        x = np.atleast_2d(np.asarray(shapes, dtype=float))
+        return self._scaled(model, x, model.predict(x))
+
+    def alltoall(self, gpus: int, elements) -> np.ndarray:
+        """NCCL all-to-all of `elements` bf16 values per GPU; where the source has no
+        all-to-all table, the all-reduce table's time (an upper bound: same bytes, more
+        steps)."""
+        a2a = self.kernels.extra("nccl_alltoall")
+        e = np.asarray(elements, dtype=float)
+        if gpus <= 1:
+            return np.zeros_like(e)
+        if a2a is None or gpus not in a2a.gpu_counts:
+            return self.allreduce(gpus, e)
+        t = a2a.predict(gpus, e.ravel()).reshape(e.shape)
+        if self.gpu.interconnect_ratio == 1.0:
+            return t
+        t0 = a2a.fixed_s(gpus)
         return t0 + np.maximum(t - t0, 0.0) / self.gpu.interconnect_ratio
 
     def elementwise(self, nbytes, kernels: int = 1) -> np.ndarray:

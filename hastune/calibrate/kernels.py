@@ -14,6 +14,11 @@ measured one and the roofline carries the scaling. One exception: more KV heads 
 table holds (multi-head attention, e.g. Llama-30B's 52) are folded into the batch, since the
 kernel runs one block per (sequence, KV head): (b, kv) → (b·kv/kv_max, kv_max), same bytes
 and FLOPs.
+
+Bytes are dtype-aware: `wb` is the element size of a GEMM's inputs (fp8: 1, its output stays
+bf16) and `kb` that of the KV cache an attention kernel reads (fp8 KV: 1, queries and outputs
+stay bf16); an fp8 GEMM's peak is twice the bf16 one. With bf16 (2, 2) the arithmetic is what
+it always was.
 """
 
 from __future__ import annotations
@@ -29,40 +34,75 @@ NEIGHBOURS = 8
 BANDWIDTH_OCTAVES = 0.5
 PRIOR_WEIGHT = 1e-3
 BYTES = 2.0  # bf16
+DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0}
+Costs = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def _gemm(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _gemm(x: np.ndarray, wb: float = BYTES, kb: float = BYTES) -> Costs:
     m, n, k = x.T
-    return (2 * m * n * k, BYTES * (m * k + k * n + m * n),
+    return (2 * m * n * k, wb * (m * k + k * n) + BYTES * m * n,
             np.log2(np.column_stack([m, n, k])))
 
 
-def _context(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _context(x: np.ndarray, wb: float = BYTES, kb: float = BYTES) -> Costs:
     b, s, h, kv, d = x.T  # causal: half the score matrix
     feat = np.column_stack([b, s, kv, h / kv, d])
-    return 2 * b * h * d * s * s, BYTES * b * s * d * (2 * h + 2 * kv), np.log2(feat)
+    return (2 * b * h * d * s * s, b * s * d * (BYTES * 2 * h + kb * 2 * kv),
+            np.log2(feat))
 
 
-def _generation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _generation(x: np.ndarray, wb: float = BYTES, kb: float = BYTES) -> Costs:
     b, h, kv, d, step = x.T
     feat = np.column_stack([b, step + 1, kv, h / kv, d])
-    return 4 * b * h * d * step, BYTES * b * d * (2 * kv * step + 2 * h), np.log2(feat)
+    return (4 * b * h * d * step, b * d * (kb * 2 * kv * step + BYTES * 2 * h),
+            np.log2(feat))
 
 
-def _encoder(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _encoder(x: np.ndarray, wb: float = BYTES, kb: float = BYTES) -> Costs:
     b, s, h, d = x.T  # non-causal; batch and heads are one parallel axis to the kernel
     feat = np.column_stack([b * h, s, d])
     return 4 * b * h * d * s * s, BYTES * b * s * d * 4 * h, np.log2(feat)
 
 
+# DeepSeek-V3's MLA block, the only shape of the engines' mla_*_module tables: hidden, q and
+# KV latent ranks, rope / nope / v head dims (per head)
+V3_MLA = (7168, 1536, 512, 64, 128, 128)
+
+
+def _mla_block_weights(h: np.ndarray, decode: bool) -> np.ndarray:
+    H, q, lat, rope, nope, v = V3_MLA
+    w = H * (q + lat + rope) + q * h * (nope + rope) + h * v * H
+    return w + h * lat * (nope + v)          # kv_b (prefill) or its absorbed BMMs (decode)
+
+
+def _mla_context_module(x: np.ndarray, wb: float = BYTES, kb: float = BYTES) -> Costs:
+    b, s, h = x.T
+    _, _, lat, rope, nope, v = V3_MLA
+    w = _mla_block_weights(h, False)
+    flops = 2 * b * s * w + 2 * b * h * (nope + rope + v) * s * s
+    nbytes = wb * w + b * s * (kb * (lat + rope) + BYTES * h * (2 * (nope + rope) + 2 * v))
+    return flops, nbytes, np.log2(np.column_stack([b, s, h]))
+
+
+def _mla_generation_module(x: np.ndarray, wb: float = BYTES, kb: float = BYTES) -> Costs:
+    b, h, step = x.T
+    _, _, lat, rope, _, _ = V3_MLA
+    w = _mla_block_weights(h, True)
+    flops = 2 * b * w + 2 * b * h * (2 * lat + rope) * step
+    nbytes = wb * w + kb * b * step * (lat + rope)
+    return flops, nbytes, np.log2(np.column_stack([b, h, step + 1]))
+
+
 # kind → (batch, heads, KV heads) columns: the parallel axes folded past the table's KV range
 FOLD = {"context_attention": (0, 2, 3), "generation_attention": (0, 1, 2)}
 
-FEATURES: dict[str, Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]] = {
+FEATURES: dict[str, Callable[..., Costs]] = {
     "gemm": _gemm,
     "context_attention": _context,
     "generation_attention": _generation,
     "encoder_attention": _encoder,
+    "mla_context_module": _mla_context_module,
+    "mla_generation_module": _mla_generation_module,
 }
 
 
@@ -85,23 +125,29 @@ class KernelModel:
     resid: np.ndarray           # log(measured / baseline) of the fit rows
     rows: int
     kv_max: float = 0.0         # largest KV-head count measured (FOLD kinds)
+    wb: float = BYTES           # GEMM input element bytes (fp8: 1)
+    kb: float = BYTES           # KV-cache element bytes (fp8: 1)
 
     @classmethod
-    def fit(cls, table: KernelTable, hw: Hardware) -> KernelModel:
+    def fit(cls, table: KernelTable, hw: Hardware, wb: float = BYTES, kb: float = BYTES
+            ) -> KernelModel:
+        """`wb`, `kb`: the element bytes of the table's GEMM inputs and KV cache (an fp8
+        GEMM table also gets twice the bf16 peak)."""
         from scipy.optimize import least_squares
 
-        flops, nbytes, feats = FEATURES[table.kind](table.shapes)
+        flops, nbytes, feats = FEATURES[table.kind](table.shapes, wb, kb)
+        peak = hw.peak_flops * (BYTES / wb if table.kind == "gemm" else 1.0)
         y = np.log(table.latency_s)
 
         def res(p: np.ndarray) -> np.ndarray:
-            return np.log(_baseline(p, flops, nbytes, hw.peak_flops, hw.mem_bw)) - y
+            return np.log(_baseline(p, flops, nbytes, peak, hw.mem_bw)) - y
 
         p0 = np.log([max(float(table.latency_s.min()) * 0.5, 1e-7), 0.5, 0.5, 1.0])
         p = least_squares(res, p0, method="trf").x
-        resid = y - np.log(_baseline(p, flops, nbytes, hw.peak_flops, hw.mem_bw))
+        resid = y - np.log(_baseline(p, flops, nbytes, peak, hw.mem_bw))
         kv_max = float(table.shapes[:, FOLD[table.kind][2]].max()) if table.kind in FOLD else 0.0
-        return cls(table.system, table.kind, hw.peak_flops, hw.mem_bw, p, feats, resid,
-                   len(table), kv_max)
+        return cls(table.system, table.kind, peak, hw.mem_bw, p, feats, resid,
+                   len(table), kv_max, wb, kb)
 
     @property
     def fixed_s(self) -> float:
@@ -114,7 +160,8 @@ class KernelModel:
         return float(np.exp(self.params[1])), float(np.exp(self.params[2]))
 
     def cost(self, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        flops, nbytes, _ = FEATURES[self.kind](np.atleast_2d(shapes).astype(float))
+        flops, nbytes, _ = FEATURES[self.kind](np.atleast_2d(shapes).astype(float), self.wb,
+                                               self.kb)
         return flops, nbytes
 
     def baseline(self, shapes: np.ndarray) -> np.ndarray:
@@ -123,7 +170,7 @@ class KernelModel:
 
     def correction(self, shapes: np.ndarray) -> np.ndarray:
         """exp(r̂): the interpolated measured / baseline ratio (1 far from the table)."""
-        _, _, q = FEATURES[self.kind](np.atleast_2d(shapes).astype(float))
+        _, _, q = FEATURES[self.kind](np.atleast_2d(shapes).astype(float), self.wb, self.kb)
         lo, hi = self.feats.min(axis=0), self.feats.max(axis=0)
         q = np.clip(q, lo, hi)
         k = min(NEIGHBOURS, len(self.resid))
@@ -207,6 +254,42 @@ class AllReduceModel:
         big = e > s[-1]
         out[big] = t[-1] * e[big] / s[-1]
         return out
+
+
+@dataclass
+class MoEModel:
+    """Fused-MoE latency of one layer (all local experts, aiconfigurator-core's `moe` table):
+    per shape key (hidden, inter, topk, experts, moe_tp, moe_ep), log-log interpolation over
+    the token count; past the largest count, time grows in proportion to tokens. Times are
+    taken as a running maximum over tokens (more tokens never run faster: the measured dips
+    are routing noise). A key the table lacks has no prediction (`has`): the latency model
+    then times grouped GEMMs."""
+
+    system: str
+    tokens: dict[tuple[int, ...], np.ndarray]
+    times: dict[tuple[int, ...], np.ndarray]
+    rows: int
+
+    @classmethod
+    def fit(cls, table: KernelTable) -> MoEModel:
+        tokens: dict[tuple[int, ...], np.ndarray] = {}
+        times: dict[tuple[int, ...], np.ndarray] = {}
+        keys = [tuple(int(v) for v in row) for row in table.shapes[:, 1:]]
+        for key in sorted(set(keys)):
+            sel = np.array([k == key for k in keys])
+            order = np.argsort(table.shapes[sel, 0])
+            tokens[key] = table.shapes[sel, 0][order]
+            times[key] = np.maximum.accumulate(table.latency_s[sel][order])
+        return cls(table.system, tokens, times, len(table))
+
+    def has(self, key: tuple[int, ...]) -> bool:
+        return key in self.tokens and len(self.tokens[key]) >= 2
+
+    def predict(self, key: tuple[int, ...], tokens) -> np.ndarray:
+        x = np.maximum(np.asarray(tokens, dtype=float), 1.0)
+        s, t = self.tokens[key], self.times[key]
+        out = np.exp(np.interp(np.log(x), np.log(s), np.log(t)))
+        return np.where(x > s[-1], t[-1] * x / s[-1], out)
 
 
 def abs_pct_error(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:

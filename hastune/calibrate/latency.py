@@ -1,6 +1,7 @@
 """Prefill, decode-step and encode latency of one model on one device, composed per layer.
 
-An LLM layer at tensor-parallel degree tp (vLLM's layout) runs, per GPU:
+The calls of one forward per GPU come from hastune.models.shapes.layer_plan (vLLM's layout at
+tensor-parallel degree tp and expert-parallel degree ep). A dense layer runs:
   fused add + RMSNorm → QKV GEMM → RoPE, KV-cache write → attention → O GEMM → all-reduce →
   fused add + RMSNorm → gate/up GEMM → activation → down GEMM → all-reduce
 and the forward ends with the final norm, the LM head (on the last token of each sequence),
@@ -8,6 +9,26 @@ the logits gather and the sampler. GEMMs and attention come from the measured ke
 all-reduce from the all-reduce table, element-wise kernels from bytes / bandwidth. Sliding-
 window layers (Gemma 3) attend to at most `sliding_window` tokens. Encoders run on one GPU.
 Engine CPU overhead is not in the tables and not modelled.
+
+MoE layers (Mixtral, Qwen-MoE, DeepSeek): the router and shared experts are GEMMs; the routed
+experts are one fused-MoE call timed from the source's `moe` table at the layer's (hidden,
+inter, topk, experts, moe_tp, moe_ep) shape, or, where the table lacks that shape (or the
+source has none, like the CSV tables), grouped GEMMs from the GEMM table over the experts a
+batch touches (balanced routing: E·(1 − (1 − k/E)^tokens) of E local experts). Expert
+parallelism: ep = 1 splits every expert over the TP group (vLLM's default); ep = tp puts whole
+experts on each GPU (vLLM's --enable-expert-parallel) and adds a dispatch and a combine all-
+to-all per MoE layer of each GPU's 1/ep share of the tokens, as the MoE table counts them
+(num_tokens per rank). ep > tp (data-parallel attention) is not modelled.
+
+MLA (DeepSeek-V2/V3): where the source has the engines' MLA-block tables (mla_*_module, vLLM
+and TensorRT-LLM) and the model has DeepSeek-V3's MLA shape, the whole block (projections and
+attention) is looked up there; else its GEMMs are timed from the GEMM table and attention on
+the latent: prefill as multi-head attention on the expanded latent, decode as one latent KV
+head of kv_lora_rank + qk_rope_head_dim against every query head.
+
+Precision is the device's source's: GEMMs (and the MoE table) in its GEMM dtype, attention with
+its KV-cache dtype; weight and KV bytes follow (hastune.models.spec: fp8 covers the linear
+projections, embeddings and norms stay bf16).
 """
 
 from __future__ import annotations
@@ -16,40 +37,154 @@ import numpy as np
 
 from hastune.calibrate.archs import ModelArch
 from hastune.calibrate.device import Device
+from hastune.calibrate.kernels import V3_MLA
+from hastune.models.shapes import Gemm, LayerPlan, layer_plan
 
 BYTES = 2.0
 MAX_BATCH_TOKENS = 8192      # vLLM's prefill token budget per step
 MAX_SEQS = 256               # vLLM's max_num_seqs
 RUNTIME_BYTES = 1.0 * 2**30  # CUDA context, cuBLAS workspace, CUDA graphs
 MIN_KV_TOKENS = 4096         # a TP degree must leave room for one long request's KV
+MLA_GEMMS = frozenset({"qkv_a", "q_b", "q", "kv_a", "q_nope_to_latent", "latent_to_v", "kv_b",
+                       "o"})
+MLA_MODULE = {"prefill": "mla_context_module", "decode": "mla_generation_module"}
+PRECISION = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8"}   # dtype → bytes of spec.py
 
 
 class LatencyModel:
     """`prefill(batch, length)`, `decode_step(batch, context)`, `encode(batch, tokens,
-    groups)` in seconds, numpy-broadcast; memory figures per GPU of the TP group."""
+    groups)` in seconds, numpy-broadcast; memory figures per GPU of the TP group. `ep`: 1
+    (experts TP-split) or tp (whole experts per GPU), MoE models only."""
 
-    def __init__(self, arch: ModelArch, device: Device, tp: int = 1):
-        if not arch.llm.supports_tp(tp):
-            raise ValueError(f"{arch.name}: {arch.llm.heads} heads / {arch.llm.kv_heads} KV "
+    def __init__(self, arch: ModelArch, device: Device, tp: int = 1, ep: int = 1):
+        a = arch.llm
+        if not a.supports_tp(tp):
+            raise ValueError(f"{arch.name}: {a.heads} heads / {a.kv_heads} KV "
                              f"heads do not split over tp = {tp}")
-        self.arch, self.dev, self.tp = arch, device, tp
+        if ep != 1:
+            if not a.moe:
+                raise ValueError(f"{arch.name} has no experts: ep must be 1")
+            if ep != tp or not a.supports_ep(ep):
+                raise ValueError(f"{arch.name}: ep = {ep} at tp = {tp}: use ep 1 (experts "
+                                 "TP-split) or ep = tp dividing the experts (data-parallel "
+                                 "attention, ep > tp, is not modelled)")
+        self.arch, self.dev, self.tp, self.ep = arch, device, tp, ep
+        plan_ep = ep if ep > 1 else 0
+        self._plans = {ph: layer_plan(a, tp, plan_ep, ph) for ph in ("prefill", "decode")}
+        self._moe_key = None
+        m = self._plans["decode"].moe
+        if m is not None and a.gated:
+            key = (m.hidden, m.inter, m.topk, m.experts, m.moe_tp, m.moe_ep)
+            self._moe_key = key if device.has_moe(key) else None
+        self._module = (a.mla and (a.hidden, a.q_lora_rank, a.kv_lora_rank, a.qk_rope_head_dim,
+                                   a.qk_nope_head_dim, a.v_head_dim) == V3_MLA
+                        and all(device.kernels.extra(k) is not None
+                                for k in MLA_MODULE.values()))
+
+    # --- precision ------------------------------------------------------------------------
+    @property
+    def weights(self) -> str:
+        """The GEMM / weight dtype of the device's kernel tables (bf16 | fp8 | fp8_block)."""
+        return self.dev.kernels.gemm_dtype
+
+    @property
+    def kv_cache(self) -> str:
+        return self.dev.kernels.kv_dtype
+
+    def composition(self) -> dict[str, str]:
+        """How the MoE and MLA parts are timed (for the fit record); empty for dense models."""
+        a, out = self.arch.llm, {}
+        m = self._plans["decode"].moe
+        if m is not None:
+            shape = (f"hidden {m.hidden}, inter {m.inter}, topk {m.topk}, experts {m.experts}, "
+                     f"moe_tp {m.moe_tp}, moe_ep {m.moe_ep}")
+            out["moe"] = (f"fused-MoE table ({shape})" if self._moe_key else
+                          f"grouped GEMMs from the GEMM table (no moe table rows at {shape})")
+            if self.ep > 1:
+                a2a = self.dev.kernels.extra("nccl_alltoall")
+                out["all_to_all"] = ("NCCL all-to-all table" if a2a is not None and self.ep
+                                     in a2a.gpu_counts else "all-reduce table (no all-to-all "
+                                     "table)")
+        if a.mla:
+            out["mla"] = ("MLA-block tables (mla_context_module, mla_generation_module)"
+                          if self._module else "GEMM table + attention on the latent")
+        return out
 
     # --- LLM ------------------------------------------------------------------------------
-    def _llm_dense(self, tokens: np.ndarray, seqs: np.ndarray) -> np.ndarray:
-        """Everything but attention: GEMMs, all-reduce, element-wise, LM head, sampler."""
+    def _gemm(self, g: Gemm, tokens: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+        d, m = self.dev, g.m(tokens, seqs)
+        if g.kind == "bmm":          # MLA's absorbed per-head BMMs: one batched launch
+            return d.gemm(m, g.n * g.count, g.k)
+        if g.kind == "expert":       # grouped GEMM over the local experts the batch touches
+            a = self.arch.llm
+            local = float(g.count)
+            touched = local * (1.0 - (1.0 - a.experts_per_token / a.experts) ** tokens)
+            rows = tokens * a.experts_per_token * local / a.experts
+            touched = np.maximum(touched, 1.0)
+            return d.gemm(rows / touched, g.n * touched, g.k)
+        t = d.gemm(m, g.n, g.k)
+        return t if g.count == 1 else g.count * t
+
+    def _groups(self, plan: LayerPlan, tokens: np.ndarray, seqs: np.ndarray) -> dict:
+        """Layer count → [seconds, element-wise elements per token, element-wise kernels]."""
         a, d, tp = self.arch.llm, self.dev, self.tp
-        h, kv = a.heads // tp, a.kv_heads_per_gpu(tp)
-        ffn = a.ffn // tp
-        up = (2 if a.gated else 1) * ffn
-        t = (d.gemm(tokens, (h + 2 * kv) * a.head_dim, a.hidden)
-             + d.gemm(tokens, a.hidden, h * a.head_dim)
-             + d.gemm(tokens, up, a.hidden) + d.gemm(tokens, a.hidden, ffn)
-             + 2 * d.allreduce(tp, tokens * a.hidden))
-        ew_bytes = tokens * BYTES * (2 * 4 * a.hidden                 # 2 fused add+norm
-                                     + 2 * (h + kv) * a.head_dim      # RoPE on q, k
-                                     + 2 * 2 * kv * a.head_dim        # KV-cache write
-                                     + (up + ffn))                    # activation
-        t = a.layers * (t + d.elementwise(ew_bytes, kernels=5))
+        groups: dict[int, list] = {}
+
+        def add(layers: int, t=0.0, ew=0, kernels=0) -> None:
+            g = groups.setdefault(layers, [0.0, 0, 0])
+            g[0], g[1], g[2] = g[0] + t, g[1] + ew, g[2] + kernels
+
+        kvb = 1 if PRECISION[self.kv_cache] == "fp8" else 2
+        for g in plan.gemms:
+            if g.rows == "sequences" or (g.kind == "expert" and self._moe_key) or (
+                    self._module and g.name in MLA_GEMMS):
+                continue
+            add(g.layers, self._gemm(g, tokens, seqs))
+        if self._moe_key:
+            m = plan.moe
+            add(m.layers, d.moe(self._moe_key, tokens / m.moe_ep))
+        for c in plan.collectives:
+            if c.kind == "all_reduce":
+                add(c.layers, c.calls * d.allreduce(c.gpus, tokens * c.bytes_per_token / BYTES))
+            else:   # dispatch / combine of this GPU's share of the tokens
+                add(c.layers, c.calls * d.alltoall(
+                    c.gpus, tokens / c.gpus * c.bytes_per_token / BYTES))
+        h, L = a.heads // tp, a.layers
+        if a.mla:
+            rope, lat = a.qk_rope_head_dim, a.kv_lora_rank + a.qk_rope_head_dim
+            add(L, ew=2 * 4 * a.hidden + 2 * (a.q_lora_rank + a.kv_lora_rank)
+                + 2 * (h + 1) * rope + kvb * lat // 2, kernels=5)
+        else:
+            kv = a.kv_heads_per_gpu(tp)
+            add(L, ew=(2 * 4 * a.hidden                   # 2 fused add+norm
+                       + 2 * (h + kv) * a.head_dim        # RoPE on q, k
+                       + 2 * kvb * kv * a.head_dim),      # KV-cache write
+                kernels=4)
+        dense = a.dense_layers if a.moe else L
+        if dense:
+            up, ffn = (2 if a.gated else 1) * (a.ffn // tp), a.ffn // tp
+            add(dense, ew=up + ffn, kernels=1)             # activation
+        if plan.moe is not None:
+            m = plan.moe
+            ew, k = a.experts, 1                           # router top-k
+            if not self._moe_key:                          # activation, permute / unpermute
+                width = a.moe_ffn // m.moe_tp
+                ew += a.experts_per_token * ((3 if a.gated else 2) * width + 2 * a.hidden) \
+                    // m.moe_ep
+                k += 3
+            if a.shared_ffn:
+                ew, k = ew + (3 if a.gated else 2) * (a.shared_ffn // tp), k + 1
+            add(m.layers, ew=ew, kernels=k)
+        return groups
+
+    def _llm_dense(self, tokens: np.ndarray, seqs: np.ndarray, phase: str = "prefill"
+                   ) -> np.ndarray:
+        """Everything but attention: GEMMs, MoE, collectives, element-wise, LM head, sampler
+        (with an MLA-block table: the whole MLA block but its KV read)."""
+        a, d, tp = self.arch.llm, self.dev, self.tp
+        t = 0.0
+        for layers, (s, ew, kernels) in self._groups(self._plans[phase], tokens, seqs).items():
+            t = t + layers * (s + d.elementwise(tokens * BYTES * ew, kernels=kernels))
         vocab = a.vocab // tp
         head = (d.elementwise(tokens * BYTES * 2 * a.hidden, kernels=2)   # embed, final norm
                 + d.gemm(seqs, vocab, a.hidden)
@@ -66,6 +201,14 @@ class LatencyModel:
         b, s = np.broadcast_arrays(np.asarray(batch, float), np.asarray(length, float))
         a, d, tp = self.arch.llm, self.dev, self.tp
         h, kv = a.heads // tp, a.kv_heads_per_gpu(tp)
+        if a.mla:
+            if self._module:
+                attn = a.layers * d.mla_module(MLA_MODULE["prefill"], np.column_stack(
+                    [b.ravel(), s.ravel(), np.full(b.size, h)])).reshape(b.shape)
+            else:      # multi-head attention on the expanded latent
+                attn = a.layers * d.context_attention(
+                    b, s, h, h, a.qk_nope_head_dim + a.qk_rope_head_dim)
+            return self._llm_dense(b * s, b, "prefill") + attn
         full, local = self._attn_layers()
         attn = full * d.context_attention(b, s, h, kv, a.head_dim)
         if local:
@@ -80,12 +223,20 @@ class LatencyModel:
         n, c = np.broadcast_arrays(np.asarray(batch, float), np.asarray(context, float))
         a, d, tp = self.arch.llm, self.dev, self.tp
         h, kv = a.heads // tp, a.kv_heads_per_gpu(tp)
+        if a.mla:
+            if self._module:
+                attn = a.layers * d.mla_module(MLA_MODULE["decode"], np.column_stack(
+                    [n.ravel(), np.full(n.size, h), c.ravel()])).reshape(n.shape)
+            else:      # absorbed: every query head against one latent KV head
+                attn = a.layers * d.generation_attention(
+                    n, h, 1, a.kv_lora_rank + a.qk_rope_head_dim, c)
+            return self._llm_dense(n, n, "decode") + attn
         full, local = self._attn_layers()
         attn = full * d.generation_attention(n, h, kv, a.head_dim, c)
         if local:
             attn = attn + local * d.generation_attention(
                 n, h, kv, a.head_dim, np.minimum(c, float(a.sliding_window)))  # type: ignore
-        return self._llm_dense(n, n) + attn
+        return self._llm_dense(n, n, "decode") + attn
 
     # --- encoder --------------------------------------------------------------------------
     def encode(self, batch, tokens, groups) -> np.ndarray:
@@ -113,7 +264,8 @@ class LatencyModel:
     # --- memory (per GPU) -----------------------------------------------------------------
     @property
     def weight_bytes(self) -> float:
-        return self.arch.llm.weight_bytes(self.tp)
+        return self.arch.llm.weight_bytes(self.tp, PRECISION[self.weights],
+                                          self.ep if self.ep > 1 else 0)
 
     @property
     def encoder_weight_bytes(self) -> float:
@@ -121,7 +273,7 @@ class LatencyModel:
 
     @property
     def kv_bytes_per_token(self) -> float:
-        return self.arch.llm.kv_bytes_per_token(self.tp)
+        return self.arch.llm.kv_bytes_per_token(self.tp, PRECISION[self.kv_cache])
 
     @property
     def activation_bytes(self) -> float:

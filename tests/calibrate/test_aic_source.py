@@ -167,6 +167,8 @@ def test_profiles_from_the_package_equal_the_shipped_ones_but_for_provenance(cal
         a = profile_dict(model, gpu, calibration)
         b = build_profile(model, gpu)   # vLLM, bf16, the package's current version
         assert "aiconfigurator-core" in b["source"] and "aiconfigurator-core" not in a["source"]
+        assert b["fit"].pop("kernel_source")["engine"] == "vllm"
+        assert "kernel_source" not in a["fit"]
         a.pop("source"), b.pop("source")
         assert a == b
 

@@ -1,0 +1,188 @@
+"""MoE, MLA and fp8 in the per-layer latency model (hastune.calibrate.latency): bounds from the
+roofline, what expert parallelism moves, DeepSeek-V3's MLA step, fp8 against bf16, and
+generated properties. aiconfigurator-core (the `kernels` extra) is installed in CI, so the
+tests that read it do not skip; the calibration-folder ones use the `calibration` fixture."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hastune.calibrate.aic_profiles import aic_source, build_profile
+from hastune.calibrate.device import build_device
+from hastune.calibrate.latency import LatencyModel
+from hastune.errors import InputError
+from hastune.models import load_model
+from hastune.profile import Profile
+
+REPO = Path(__file__).resolve().parents[2]
+SLOW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@cache
+def model(name: str):
+    return load_model(REPO / "examples" / "models" / name)
+
+
+@cache
+def aic_device(gpu: str, precision: str = "bf16"):
+    return build_device(aic_source(precision), gpu)
+
+
+def read_bound(lm: LatencyModel, batch: int, context: int) -> float:
+    """Seconds to read, once, the weights a decode step touches and the batch's KV: every
+    weight but the input embedding table (64 tokens × top-2 of 8 experts touch all experts
+    but with probability 8·(6/8)^64 ≈ 1e-7), at the GPU's nominal bandwidth."""
+    a = lm.arch.llm
+    embed = a.vocab * a.hidden * 2.0 / lm.tp
+    return (lm.weight_bytes - embed + batch * context * lm.kv_bytes_per_token) / lm.dev.mem_bw
+
+
+# --- Mixtral-8x7B: the roofline and expert parallelism --------------------------------------
+@pytest.mark.parametrize("source", ["aic", "csv"])
+def test_mixtral_decode_sits_between_one_and_three_rooflines(source, calibration):
+    dev = aic_device("h100-80gb") if source == "aic" else build_device(calibration, "h100-80gb")
+    lm = LatencyModel(model("mixtral-8x7b"), dev, tp=2)
+    t, bound = float(lm.decode_step(64, 2048)), read_bound(lm, 64, 2048)
+    assert bound <= t <= 3.0 * bound, (t, bound)
+    # the MoE table times the experts where it has the shape; the CSV tables have none
+    expect = "fused-MoE table" if source == "aic" else "grouped GEMMs"
+    assert lm.composition()["moe"].startswith(expect)
+
+
+def test_expert_parallelism_moves_the_experts_and_adds_the_all_to_all():
+    """At ep = tp each GPU holds tp-th of the expert weights either way (weight bytes equal),
+    but whole experts: the MoE call changes from (moe_tp tp, moe_ep 1) to (1, tp) over the
+    GPU's 1/ep share of the tokens, and two all-to-alls per MoE layer are added; attention
+    and its all-reduce do not change. So the step difference is exactly the MoE layers' kernel
+    difference plus the all-to-all, and at 8k prompt tokens, where the experts are compute-
+    bound, whole-width expert GEMMs are faster than TP-split ones (the table says so on H100:
+    ~0.85x at tp 2 for the MoE call)."""
+    arch, dev = model("mixtral-8x7b"), aic_device("h100-80gb")
+    a = arch.llm
+    for tp in (2, 4, 8):
+        tpm, epm = LatencyModel(arch, dev, tp), LatencyModel(arch, dev, tp, ep=tp)
+        assert epm.weight_bytes == pytest.approx(tpm.weight_bytes)
+        key_tp = (a.hidden, a.moe_ffn, a.experts_per_token, a.experts, tp, 1)
+        key_ep = (a.hidden, a.moe_ffn, a.experts_per_token, a.experts, 1, tp)
+        tokens = 64.0
+        a2a = 2 * dev.alltoall(tp, tokens / tp * a.hidden * a.experts_per_token)
+        moved = a.moe_layers * (dev.moe(key_ep, tokens / tp) - dev.moe(key_tp, tokens) + a2a)
+        got = float(epm.decode_step(64, 2048) - tpm.decode_step(64, 2048))
+        assert got == pytest.approx(float(moved), rel=1e-9, abs=1e-9)
+        assert float(a2a) > 0 and "all_to_all" in epm.composition()
+        assert float(epm.prefill(1, 8192)) < float(tpm.prefill(1, 8192))
+    with pytest.raises(ValueError, match="ep"):
+        LatencyModel(arch, dev, 2, ep=4)        # data-parallel attention: not modelled
+    with pytest.raises(ValueError, match="no experts"):
+        LatencyModel(model("llama-3.1-8b"), dev, 2, ep=2)
+
+
+def test_mixtral_profile_has_expert_parallel_variants():
+    data = build_profile(model("mixtral-8x7b"), "h100-80gb")
+    prof = Profile.model_validate(data)
+    assert prof.tp_degrees == [2, 4, 8]
+    assert all(prof.ep_degrees(tp) == [1, tp] for tp in prof.tp_degrees)
+    for tp in prof.tp_degrees:
+        ep = prof.for_parallel(tp, tp)
+        assert ep.decode != prof.for_tp(tp).decode and ep.tp == tp
+        assert ep.memory.weight_bytes == pytest.approx(prof.for_tp(tp).memory.weight_bytes)
+    assert "grouped" not in data["fit"]["composition"]["moe"]
+    with pytest.raises(ValueError, match="no expert-parallel variant"):
+        prof.for_parallel(2, 4)
+
+
+# --- DeepSeek-V3: MLA and fp8 ---------------------------------------------------------------
+def test_deepseek_v3_decode_on_h200_tp8_fp8_is_plausible():
+    arch = model("deepseek-v3")
+    dev = aic_device("h200-141gb", "fp8")
+    a = arch.llm
+    for ep in (1, 8):
+        lm = LatencyModel(arch, dev, 8, ep)
+        assert lm.fits()
+        assert lm.kv_bytes_per_token == a.layers * (a.kv_lora_rank + a.qk_rope_head_dim) * 1.0
+        t = float(lm.decode_step(64, 2048))
+        kv_read = 64 * 2048 * lm.kv_bytes_per_token / dev.mem_bw
+        # at least the attention, shared and dense weights and the KV once; under 0.2 s
+        fixed = (lm.weight_bytes - a.moe_layers * a.expert_params() / 8) / dev.mem_bw
+        assert np.isfinite(t) and kv_read + fixed < t < 0.2, (t, kv_read, fixed)
+        assert lm.composition()["mla"].startswith("MLA-block tables")
+    bf16 = LatencyModel(arch, aic_device("h200-141gb"), 8)
+    assert bf16.kv_bytes_per_token == 2 * LatencyModel(arch, dev, 8).kv_bytes_per_token
+    assert not bf16.fits()           # 671B in bf16 does not fit on 8 H200s
+
+
+# --- fp8 ----------------------------------------------------------------------------------
+def test_fp8_prefill_is_faster_than_bf16_for_llama_70b_on_h100():
+    arch = model("llama-3.1-70b")
+    bf16 = LatencyModel(arch, aic_device("h100-80gb"), 4)
+    fp8 = LatencyModel(arch, aic_device("h100-80gb", "fp8"), 4)
+    assert float(fp8.prefill(1, 8192)) < 0.85 * float(bf16.prefill(1, 8192))
+    assert float(fp8.decode_step(64, 2048)) < float(bf16.decode_step(64, 2048))
+    assert fp8.weight_bytes < 0.55 * bf16.weight_bytes
+    assert fp8.kv_bytes_per_token == bf16.kv_bytes_per_token / 2
+
+
+def test_fp8_on_a_gpu_without_fp8_rows_is_one_input_error():
+    with pytest.raises(InputError, match="no fp8 rows") as err:
+        build_profile(model("llama-3.1-8b"), "a100-80gb", "fp8")
+    assert "bf16" in err.value.fix
+
+
+# --- generated properties -------------------------------------------------------------------
+MODELS = ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "llama-3.1-8b", "gemma-2-9b")
+
+
+@cache
+def lm_at(name: str, tp: int, ep: int, precision: str) -> LatencyModel:
+    gpu = "h200-141gb" if name == "deepseek-v3" else "h100-80gb"
+    return LatencyModel(model(name), aic_device(gpu, precision), tp, ep)
+
+
+def parallel_degrees(name: str) -> list[tuple[int, int]]:
+    a = model(name).llm
+    tps = [8] if name == "deepseek-v3" else [t for t in (1, 2, 4, 8) if a.supports_tp(t)]
+    return [(t, e) for t in tps for e in sorted({1, t}) if e == 1 or a.supports_ep(e)]
+
+
+NOISE = 0.05   # measured neighbours scatter up to ~5% (DeepSeek's MLA-block rows, launch-bound)
+
+
+@SLOW
+@given(name=st.sampled_from(MODELS), precision=st.sampled_from(("bf16", "fp8")),
+       batch=st.integers(1, 128), context=st.integers(16, 8192), pick=st.integers(0, 100))
+def test_steps_grow_with_batch_and_context_at_every_tp_and_ep(name, precision, batch, context,
+                                                              pick):
+    """Doubling the batch or the context never makes a step faster beyond the tables' noise;
+    adding sequences or context whose KV alone takes a fifth of the step to read always
+    makes it slower. At every (tp, ep) the model has."""
+    degrees = parallel_degrees(name)
+    tp, ep = degrees[pick % len(degrees)]
+    lm = lm_at(name, tp, ep, precision)
+    t = float(lm.decode_step(batch, context))
+    assert np.isfinite(t) and t > 0
+    assert float(lm.decode_step(2 * batch, context)) >= t * (1 - NOISE)
+    assert float(lm.decode_step(batch, 2 * context)) >= t * (1 - NOISE)
+    kv_tokens = 0.2 * t * lm.dev.mem_bw / lm.kv_bytes_per_token
+    assert float(lm.decode_step(batch, context + np.ceil(kv_tokens / batch))) > t
+    assert float(lm.decode_step(batch + np.ceil(kv_tokens / context), context)) > t
+    p = float(lm.prefill(1, context))
+    assert np.isfinite(p) and p > 0
+    assert float(lm.prefill(1, 2 * context)) >= p * (1 - NOISE)
+    assert float(lm.prefill(1, 16 * context)) > p and float(lm.prefill(8, context)) > p
+    assert lm.kv_bytes_per_token > 0 and lm.weight_bytes > 0
+
+
+@SLOW
+@given(name=st.sampled_from(MODELS), pick=st.integers(0, 100))
+def test_fp8_kv_bytes_are_half_of_bf16(name, pick):
+    degrees = parallel_degrees(name)
+    tp, ep = degrees[pick % len(degrees)]
+    bf, f8 = lm_at(name, tp, ep, "bf16"), lm_at(name, tp, ep, "fp8")
+    assert f8.kv_bytes_per_token == bf.kv_bytes_per_token / 2
+    assert bf.weight_bytes / 2 < f8.weight_bytes < bf.weight_bytes
