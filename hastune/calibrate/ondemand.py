@@ -96,19 +96,21 @@ class Request:
         return f"{safe}@{gpu}.{self.precision.tag}.{self.engine.name}.{self.key()}.yaml"
 
 
-def build(req: Request, file: str | Path | None = None) -> tuple[dict, str]:
+def build(req: Request, file: str | Path | None = None, fields: tuple[str, str] = (
+        "model", "cluster.gpu")) -> tuple[dict, str]:
     """(profile mapping, YAML text) for `req`; InputError where it cannot be built: the
     kernels extra missing, a GPU, engine or precision without tables, a model that fits no
-    TP degree of one node."""
+    TP degree of one node. `fields`: what the errors call the model and the GPU."""
     from hastune.calibrate.aic import package_dir
     from hastune.calibrate.aic_profiles import aic_source, build_profile
     from hastune.calibrate.build import render
 
-    name, arg = resolve_gpu(req.gpu, file)
+    model_field, gpu_field = fields
+    name, arg = resolve_gpu(req.gpu, file, gpu_field)
     try:
         package_dir()
     except InputError as exc:
-        raise InputError(file, "model", f"no shipped profile for {req.arch.name} on {name} "
+        raise InputError(file, model_field, f"no shipped profile for {req.arch.name} on {name} "
                          f"({req.precision.label}, {req.engine.name}); building one needs "
                          f"the kernel tables, but {exc.problem}", exc.fix) from None
     prec = req.precision.model_dump()
@@ -116,10 +118,10 @@ def build(req: Request, file: str | Path | None = None) -> tuple[dict, str]:
         data = build_profile(req.arch, arg, prec, engine=req.engine.name,
                              version=req.engine.version)
     except ValueError as exc:
-        raise _no_fit(req, name, arg, str(exc), file) from None
+        raise _no_fit(req, name, arg, str(exc), file, model_field) from None
     except InputError as exc:
         where = ": ".join(x for x in (exc.file, exc.field) if x)
-        raise InputError(file, "model", f"no profile for {req.arch.name} on {name} "
+        raise InputError(file, model_field, f"no profile for {req.arch.name} on {name} "
                          f"({req.precision.label}, {req.engine.name} kernels): "
                          f"{where + ': ' if where else ''}{exc.problem}", exc.fix) from None
     data["name"], data["gpu"] = req.name, name
@@ -127,13 +129,13 @@ def build(req: Request, file: str | Path | None = None) -> tuple[dict, str]:
     return data, render(data, origin=origin)
 
 
-def _no_fit(req: Request, name: str, arg: str, why: str, file) -> InputError:
+def _no_fit(req: Request, name: str, arg: str, why: str, file, field: str) -> InputError:
     """Why a model fits no TP degree (or the builder's own reason), and what would."""
     from hastune.calibrate.aic_profiles import aic_source, gpu_spec
     from hastune.calibrate.build import TP_DEGREES
 
     if "does not fit" not in why:
-        return InputError(file, "model", f"cannot build a profile for {req.arch.name} on "
+        return InputError(file, field, f"cannot build a profile for {req.arch.name} on "
                           f"{name}: {why}", "check the model config")
     src = aic_source(req.precision.model_dump(), req.engine.name, req.engine.version)
     spec = gpu_spec(arg, src)
@@ -144,10 +146,11 @@ def _no_fit(req: Request, name: str, arg: str, why: str, file) -> InputError:
         need += req.arch.encoder.params * 2
     fix = []
     if req.precision.weights == "bf16":
-        fix.append("precision: fp8 (half the weight bytes)")
+        fix.append("fp8 weights (precision: fp8 in a recipe, --precision fp8 to profile "
+                   "build; about half the bytes)")
     fix.append(f"a GPU with more memory than {mem / 2**30:.0f} GiB (e.g. h200-141gb, "
                "b200-180gb, b300-288gb)")
-    return InputError(file, "model", f"{req.arch.name} does not fit on {name} at any TP degree "
+    return InputError(file, field, f"{req.arch.name} does not fit on {name} at any TP degree "
                       f"of one node ({', '.join(map(str, TP_DEGREES))}): its "
                       f"{req.precision.weights} weights are {need / 1e9:,.0f} GB and {tp} GPUs "
                       f"hold {tp * mem / 1e9:,.0f} GB ({tp} x {mem / 2**30:.0f} GiB), before "

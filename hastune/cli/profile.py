@@ -255,3 +255,72 @@ def _check_measured(prof, as_json: bool) -> None:
               f"{m['warmup']} warm-up")
     _print_measured(con, fit)
     con.print(f"regenerate: {m['command']}")
+
+
+@profile_app.command("build")
+def build(
+    model: str = typer.Option(..., "--model", "-m", help="a shipped model's name, or a "
+                              "Hugging Face config.json or a folder holding one"),
+    gpu: str = typer.Option(..., "--gpu", help="a hastune GPU (h100-80gb, h200-141gb, "
+                            "b200-180gb, ...) or a kernel-database system (b200_sxm, gb200, ...)"),
+    precision: str | None = typer.Option(None, "--precision", help="weights: bf16 | fp8 "
+                                         "(default: the checkpoint's)"),
+    kv_cache: str = typer.Option("bf16", "--kv-cache", help="KV cache: bf16 | fp8"),
+    engine: str = typer.Option("vllm", "--engine", help="whose measured kernels: vllm | "
+                               "sglang | trtllm"),
+    engine_version: str | None = typer.Option(None, "--engine-version", help="the kernel "
+                                              "database's version folder, or newest "
+                                              "(default: its current one)"),
+    out: Path = typer.Option(..., "--out", "-o", help="profile YAML to write"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Build a calibrated profile for any supported model from aiconfigurator-core's kernel
+    tables (pip install 'hastune[kernels]'): what evaluate and tune do on first use for a
+    recipe without a shipped profile, written to --out instead of the cache."""
+    import time
+
+    from pydantic import ValidationError
+
+    from hastune.calibrate import ondemand
+    from hastune.model_ref import Engine, Precision
+    from hastune.models import load_model
+
+    if not out.parent.is_dir() or out.is_dir():
+        raise InputError(out, "--out", "is a folder, or its folder does not exist",
+                         "give a file path in an existing folder")
+    arch = load_model(model)
+    ckpt = arch.llm.checkpoint_precision
+    weights = precision or (ckpt if ckpt in ("bf16", "fp8") else "bf16")
+    try:
+        prec = Precision(weights=weights, kv_cache=kv_cache)
+    except ValidationError:
+        raise InputError(None, "--precision" if weights not in ("bf16", "fp8") else
+                         "--kv-cache", f"unknown precision {weights}/{kv_cache}",
+                         "use bf16 or fp8") from None
+    try:
+        eng = Engine(name=engine, version=engine_version)
+    except ValidationError:
+        raise InputError(None, "--engine", f"unknown engine {engine!r} or version "
+                         f"{engine_version!r}", "use vllm, sglang or trtllm (and a "
+                         "version folder of the kernel database, or newest)") from None
+    t0 = time.perf_counter()
+    data, text = ondemand.build(ondemand.Request(arch, gpu, prec, eng), fields=("--model",
+                                                                                "--gpu"))
+    try:
+        ondemand.write_atomic(out, text)
+    except OSError as exc:
+        raise InputError(out, "--out", f"cannot be written ({exc.strerror or exc})",
+                         "give a writable path") from None
+    wall = time.perf_counter() - t0
+    summary = {"profile": str(out), "name": data["name"], "model": data["model"],
+               "gpu": data["gpu"], "tp": data["tp"], "tp_degrees": [data["tp"],
+                                                                   *data["variants"]],
+               "precision": prec.model_dump(), "engine": eng.model_dump(),
+               "source": data["source"], "wall_s": wall}
+    if as_json:
+        print(dumps(summary))
+        return
+    Console(highlight=False).print(
+        f"wrote [bold]{out}[/] ({data['name']}; {prec.label}; tp "
+        f"{', '.join(map(str, summary['tp_degrees']))}; {wall:.1f} s)\n{data['source']}\n"
+        f"check it against held-out kernel rows: hastune profile check {out}")
