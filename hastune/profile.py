@@ -21,9 +21,17 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from hastune.errors import from_pydantic
 from hastune.yamlio import read_yaml_mapping
@@ -33,6 +41,19 @@ Curve = list[tuple[float, float]]
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no NaN / ±inf
+    # fields added since a model's first release, left out of a dump while at their default,
+    # so a profile that does not use them dumps (and hashes, hastune.tune.identity) as before
+    _since: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_new_defaults(self, handler: Any) -> Any:
+        data = handler(self)
+        for name in self._since:
+            if isinstance(data, dict) and name in data and \
+                    getattr(self, name) == type(self).model_fields[name].get_default(
+                        call_default_factory=True):
+                del data[name]
+        return data
 
 
 def _check_curve(points: Curve, what: str) -> Curve:
@@ -152,6 +173,10 @@ class TPVariant(_Strict):
     decode: DecodeSpec
     encode: EncodeSpec | None = None
     memory: MemorySpec | None = None
+    ep: int = Field(default=1, ge=1, description="expert-parallel degree of these sections "
+                    "(1: every expert split over the TP group; > 1: whole experts spread "
+                    "over ep GPUs, MoE models, see Profile.ep_variants)")
+    _since: ClassVar[tuple[str, ...]] = ("ep",)
 
 
 class FitStat(_Strict):
@@ -194,6 +219,14 @@ class FitRecord(_Strict):
     error: dict[str, FitStat] = Field(
         default_factory=dict, description="stage (or stage@tpN) → linear-fit error (measured "
         "profiles: on held-out measured rows)")
+    kernel_source: dict[str, str | None] | None = Field(
+        default=None, description="the kernel database when not the calibration folder "
+        "(database, package, engine, version, gemm_dtype, kv_dtype, moe_distribution): what "
+        "`hastune profile check` reads again")
+    composition: dict[str, str] | None = Field(
+        default=None, description="MoE / MLA models: which tables timed the experts, the "
+        "all-to-all and the MLA block (e.g. grouped GEMMs where the MoE table lacks a shape)")
+    _since: ClassVar[tuple[str, ...]] = ("kernel_source", "composition")
 
     @model_validator(mode="after")
     def _one_source(self) -> FitRecord:
@@ -219,8 +252,12 @@ class Profile(_Strict):
     tp: int = Field(default=1, ge=1, description="tensor-parallel degree the sections describe")
     variants: dict[int, TPVariant] = Field(
         default_factory=dict, description="TP degree → sections at that degree")
+    ep_variants: dict[int, dict[int, TPVariant]] = Field(
+        default_factory=dict, description="MoE models: TP degree → expert-parallel degree "
+        "(> 1) → sections with whole experts over ep GPUs (memory included)")
     fit: FitRecord | None = None
     path: str | None = Field(default=None, exclude=True)
+    _since: ClassVar[tuple[str, ...]] = ("ep_variants",)
 
     @model_validator(mode="after")
     def _fits(self) -> Profile:
@@ -239,7 +276,37 @@ class Profile(_Strict):
                 raise ValueError(
                     f"variants[{deg}]: the LLM weights do not fit in GPU memory at tp {deg}. "
                     "Fix: drop that variant or correct its memory section")
+        for deg, eps in self.ep_variants.items():
+            for ep, v in eps.items():
+                where = f"ep_variants[{deg}][{ep}]"
+                if deg not in self.tp_degrees or ep < 2 or v.ep != ep or v.memory is None:
+                    raise ValueError(
+                        f"{where}: an expert-parallel variant needs a TP degree of the profile "
+                        f"({', '.join(map(str, self.tp_degrees))}), ep ≥ 2 equal to its `ep` "
+                        "and its own memory section. Fix: regenerate the profile")
+                if v.memory.kv_capacity_tokens() <= 0:
+                    raise ValueError(f"{where}: the LLM weights do not fit in GPU memory. "
+                                     "Fix: drop that variant or correct its memory section")
         return self
+
+    def ep_degrees(self, tp: int) -> list[int]:
+        """Expert-parallel degrees the profile has at TP degree `tp` (1: experts TP-split)."""
+        return [1, *sorted(self.ep_variants.get(tp, {}))]
+
+    def for_parallel(self, tp: int, ep: int = 1) -> Profile:
+        """This profile at TP degree `tp` with experts over `ep` GPUs (1: `for_tp(tp)`);
+        ValueError naming what there is if absent."""
+        p = self.for_tp(tp)
+        if ep == 1:
+            return p
+        v = self.ep_variants.get(tp, {}).get(ep)
+        if v is None:
+            raise ValueError(
+                f"profile {self.name} has no expert-parallel variant tp={tp}, ep={ep} (ep "
+                f"degrees at tp {tp}: {', '.join(map(str, self.ep_degrees(tp)))}). Fix: use "
+                "one of those, or regenerate the profile")
+        return p.model_copy(update={"prefill": v.prefill, "decode": v.decode,
+                                    "encode": v.encode or p.encode, "memory": v.memory})
 
     def memory_at(self, tp: int) -> MemorySpec:
         """Per-GPU memory at TP degree `tp` (the variant's, or the base's scaled)."""
