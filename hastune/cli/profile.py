@@ -172,7 +172,7 @@ def check(
     held-out median for GEMM or attention is above 10%. For a measured profile (`hastune
     profile`): the linear forms' error on the measured rows fitted and held out (no
     calibration data)."""
-    from hastune.calibrate.check import GATE_PCT, check_system
+    from hastune.calibrate.check import GATE_PCT, check_system, source_of_fit
     from hastune.calibrate.tables import require_calibration
     from hastune.profile import load_profile
 
@@ -184,17 +184,22 @@ def check(
         raise InputError(profile, "fit", "the profile has no fit record, so it was not fitted "
                          "on kernel tables", "check a calibrated profile (profiles/<gpu>/*.yaml, "
                          "made by scripts/make_profiles.py)")
-    root = require_calibration(calibration)
     system = prof.fit.calibration
-    if not (root / "kernels" / system).is_dir():
-        raise InputError(profile, "fit.calibration", f"no kernel tables for {system!r} under "
-                         f"{root / 'kernels'}", "point --calibration at the folder the profile "
-                         "was made from")
+    if prof.fit.kernel_source:     # built from aiconfigurator-core: the same tables again
+        root = source_of_fit(prof.fit.kernel_source, None)
+        root.hardware(system)      # the package has the system (else an InputError)
+    else:
+        root = require_calibration(calibration)
+        if not (root / "kernels" / system).is_dir():
+            raise InputError(profile, "fit.calibration", f"no kernel tables for {system!r} "
+                             f"under {root / 'kernels'}", "point --calibration at the folder "
+                             "the profile was made from")
     rows = check_system(root, system, prof.fit.holdout_fraction, prof.fit.holdout_seed)
     ok = all(r.passed for r in rows)
     if as_json:
         print(dumps({
             "profile": prof.name, "calibration": system, "passed": ok, "gate_pct": GATE_PCT,
+            "kernel_source": prof.fit.kernel_source,
             "holdout_fraction": prof.fit.holdout_fraction, "holdout_seed": prof.fit.holdout_seed,
             "kernels": {r.kind: {part: (None if s is None else asdict(s)) for part, s in
                                  (("fitted", r.fitted), ("held_out", r.held_out),
@@ -204,7 +209,10 @@ def check(
     con = Console(highlight=False)
     if not con.is_terminal:
         con.width = max(con.width, 130)  # the table is wide; pipes default to 80 columns
-    con.print(f"[bold]{prof.name}[/] (tp {prof.tp}): kernel tables [bold]{system}[/], "
+    ksrc = prof.fit.kernel_source
+    via = (f" from aiconfigurator-core {ksrc.get('package')} ({ksrc.get('engine')}, GEMM "
+           f"{ksrc.get('gemm_dtype')}, KV {ksrc.get('kv_dtype')})" if ksrc else "")
+    con.print(f"[bold]{prof.name}[/] (tp {prof.tp}): kernel tables [bold]{system}[/]{via}, "
               f"{prof.fit.holdout_fraction:.0%} of each table held out (seed "
               f"{prof.fit.holdout_seed})")
     if prof.fit.scale:
