@@ -132,15 +132,18 @@ def build(req: Request, file: str | Path | None = None, fields: tuple[str, str] 
 def _no_fit(req: Request, name: str, arg: str, why: str, file, field: str) -> InputError:
     """Why a model fits no TP degree (or the builder's own reason), and what would."""
     from hastune.calibrate.aic_profiles import aic_source, gpu_spec
-    from hastune.calibrate.build import TP_DEGREES
+    from hastune.calibrate.build import TP_DEGREES, UTILISATION
 
     if "does not fit" not in why:
         return InputError(file, field, f"cannot build a profile for {req.arch.name} on "
                           f"{name}: {why}", "check the model config")
     src = aic_source(req.precision.model_dump(), req.engine.name, req.engine.version)
-    spec = gpu_spec(arg, src)
-    mem = spec.mem_bytes or src.hardware(spec.system).mem_bytes
-    tp = max(TP_DEGREES)
+
+    def memory(gpu: str) -> float:
+        spec = gpu_spec(gpu, src)
+        return spec.mem_bytes or src.hardware(spec.system).mem_bytes
+
+    mem, tp = memory(arg), max(TP_DEGREES)
     need = req.arch.llm.weight_bytes(1, req.precision.weights)
     if req.arch.encoder is not None:
         need += req.arch.encoder.params * 2
@@ -148,13 +151,17 @@ def _no_fit(req: Request, name: str, arg: str, why: str, file, field: str) -> In
     if req.precision.weights == "bf16":
         fix.append("fp8 weights (precision: fp8 in a recipe, --precision fp8 to profile "
                    "build; about half the bytes)")
-    fix.append(f"a GPU with more memory than {mem / 2**30:.0f} GiB (e.g. h200-141gb, "
-               "b200-180gb, b300-288gb)")
+    bigger = [g for g, s in (("h200-141gb", "h200_sxm"), ("b200-180gb", "b200_sxm"),
+                             ("b300-288gb", "b300_sxm"))
+              if memory(s) > mem and tp * memory(s) * UTILISATION > 1.05 * need]
+    if bigger:
+        fix.append(f"a GPU with more memory ({', '.join(bigger)})")
     return InputError(file, field, f"{req.arch.name} does not fit on {name} at any TP degree "
                       f"of one node ({', '.join(map(str, TP_DEGREES))}): its "
-                      f"{req.precision.weights} weights are {need / 1e9:,.0f} GB and {tp} GPUs "
-                      f"hold {tp * mem / 1e9:,.0f} GB ({tp} x {mem / 2**30:.0f} GiB), before "
-                      "the KV cache and activations", "use " + ", or ".join(fix) +
+                      f"{req.precision.weights} weights are {need / 1e9:,.0f} GB, and {tp} x "
+                      f"{mem / 2**30:.0f} GiB have {tp * mem * UTILISATION / 1e9:,.0f} GB usable "
+                      f"({UTILISATION:.0%}) for the weights, activations and at least one "
+                      "request's KV cache", "use " + ", or ".join(fix or ["a larger GPU"]) +
                       "; profiles cover TP up to 8 within a node")
 
 

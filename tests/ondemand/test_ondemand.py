@@ -141,11 +141,18 @@ def test_tune_runs_end_to_end_building_the_profile(tmp_path, monkeypatch, model,
     assert Path(src["path"]).name in os.listdir(tmp_path / "cache" / "profiles")
 
 
+EXAMPLES = ("llama31-8b-h100-fp8.yaml", "qwen25vl-7b-h200.yaml", "mixtral-8x7b-h100.yaml",
+            "deepseek-v3-h200-fp8.yaml")
+
+
 def test_shipped_examples_with_config_paths_validate(tmp_path):
-    for name in ("llama31-8b-h100-fp8.yaml", "qwen25vl-7b-h200.yaml"):
-        r = subprocess.run([sys.executable, "-m", "hastune", "validate", f"examples/{name}"],
-                           capture_output=True, text=True, cwd=ROOT, env=os.environ.copy())
-        assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "hastune", "validate", "--json",
+                        *(f"examples/{n}" for n in EXAMPLES)],
+                       capture_output=True, text=True, cwd=ROOT, env=os.environ.copy())
+    assert r.returncode == 0, r.stderr + r.stdout
+    for name in EXAMPLES:
+        rec = load_recipe(ROOT / "examples" / name)
+        assert not Path(rec.model).is_absolute() and (rec.base_dir / rec.model).is_dir()
 
 
 # --- the cache ------------------------------------------------------------------------------
