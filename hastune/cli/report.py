@@ -19,14 +19,16 @@ def json_mode(argv: list[str] | None = None) -> bool:
 
 
 def emit_error(code: int, problem: str, *, file: str | None = None, field: str | None = None,
-               fix: str | None = None, message: str | None = None) -> None:
-    """Report an error that ends the command with `code` (the caller exits)."""
+               fix: str | None = None, message: str | None = None,
+               line: str | None = None) -> None:
+    """Report an error that ends the command with `code` (the caller exits): `line` (default
+    `message`, default `problem`) on stderr, and with --json the object on stdout."""
     from rich.console import Console
     from rich.markup import escape
 
     message = message or problem
     Console(stderr=True, highlight=False, soft_wrap=True).print(
-        f"[bold red]error:[/] {escape(message)}", markup=True)  # keeps '[ray]' etc.
+        f"[bold red]error:[/] {escape(line or message)}", markup=True)  # keeps '[ray]' etc.
     if json_mode():
         print(json.dumps({"error": problem, "file": file, "field": field, "fix": fix,
                           "message": message, "exit_code": code}, ensure_ascii=False),

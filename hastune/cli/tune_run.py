@@ -35,10 +35,10 @@ def fail(failures: list[str], json_said: bool = False) -> None:
     con = Console(stderr=True, highlight=False, soft_wrap=True)
     for f in failures[:-1] if not json_said else failures:
         con.print(f"[bold red]error:[/] {escape(f)}")
-    if not json_said:
+    if not json_said:  # the last cause's line, and the JSON object naming all of them
         emit_error(EXIT_FAILED, failures[-1], fix="fix the cause and run the same command "
-                   "again: finished trials are kept in the study", message="; ".join(failures)
-                   if len(failures) > 1 else None)
+                   "again: finished trials are kept in the study",
+                   message="; ".join(failures), line=failures[-1])
     sys.exit(EXIT_FAILED)
 
 

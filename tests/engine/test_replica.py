@@ -149,8 +149,10 @@ def test_padg_keeps_each_request_on_one_instance_and_alternates_windows(padg2):
                  and rec.tokens[k] > 1]
         assert lasts and not any(o < t < c for t in lasts for o, c in wins)
     # decode steps ran between windows: the step counter grows from window to window
+    # (when I0 opened more than one window: on a loaded machine every request can reach I0
+    # while its first window is still open, as a CI run with four other jobs on the machine saw)
     steps = [s for n, _, _, s, _ in sorted(mode.windows, key=lambda w: w[1]) if n == "I0"]
-    assert steps == sorted(steps) and steps[-1] > 0
+    assert steps == sorted(steps) and (len(steps) == 1 or steps[-1] > 0)
     assert rec.overhead["windows"] == len(mode.windows) >= 2
 
 

@@ -176,10 +176,13 @@ def test_a_storage_that_turns_read_only_mid_run_ends_in_one_line(small_recipe, t
     assert "Traceback" not in err, err
     lines = [x for x in err.splitlines() if x.startswith("error:")]
     assert "storage" in lines[0] and "resume" in lines[0], err
-    if out.strip():  # the summary of what was finished (when the storage still reads)
-        assert json.loads(out)["exit_code"] == 1 and len(lines) == 1, err
-    else:
+    obj = json.loads(out)  # --json: one object on stdout either way, exit code 1
+    assert obj["exit_code"] == 1, out
+    if "goodput_rps" in obj:  # the summary of what was finished (the storage still reads)
+        assert len(lines) == 1 and obj["failures"], err
+    else:  # the error object, naming both causes; one line each on stderr
         assert len(lines) == 2 and "cannot read the study back" in lines[1], err
+        assert "storage failed" in obj["message"] and obj["error"] in lines[1], (obj, err)
     st = optuna.load_study(study_name="s", storage=url)
     kept = [t for t in st.get_trials() if t.user_attrs.get("evaluated")]
     assert len(kept) >= n  # nothing finished is lost
