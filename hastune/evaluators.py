@@ -77,6 +77,12 @@ def resolve_profile(recipe: Recipe, quiet: bool = False) -> tuple[Profile, Profi
     from hastune.calibrate.aic import PACKAGE, package_version
 
     arch = load_arch(recipe)
+    media = sorted(k for k, w in recipe.workload.mix.items() if k != "text" and w > 0)
+    if arch.encoder is None and media:
+        raise InputError(recipe.path, "workload.mix", f"{arch.name} is a text-only model (its "
+                         f"config has no vision or audio encoder) but the mix sends "
+                         f"{', '.join(media)} requests", "give a multimodal model's config "
+                         "(e.g. Qwen2.5-VL, LLaVA-NeXT), or mix: {text: 1.0}")
     prec = precision_of(recipe, arch)
     req = ondemand.Request(arch, recipe.cluster.gpu, prec, recipe.engine)
     got = ondemand.ensure(req, recipe.path)

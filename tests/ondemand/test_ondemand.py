@@ -325,6 +325,16 @@ def test_bad_precision_or_engine_is_refused_naming_the_field(tmp_path, field, va
     assert r.returncode == 2 and where in r.stderr, r.stderr
 
 
+def test_image_requests_for_a_text_only_config_are_refused(tmp_path):
+    rec = _llama_recipe(tmp_path, architecture="epd", workload={
+        "mix": {"image": 0.5, "text": 0.5},
+        "modalities": {"image": {"scheme": "tokens", "encoder_tokens": 576}}})
+    with pytest.raises(InputError) as e:
+        resolve_profile(rec, quiet=True)
+    assert e.value.field == "workload.mix" and "text-only" in e.value.problem
+    assert "image" in e.value.problem
+
+
 def test_unknown_gpu_names_cluster_gpu_and_the_names_there_are(tmp_path):
     with pytest.raises(InputError) as e:
         resolve_profile(_llama_recipe(tmp_path, cluster={"gpu": "h300-1tb"}), quiet=True)
