@@ -76,7 +76,7 @@ def _strip(x):
 
 def _hastune(*args: str) -> object:
     p = subprocess.run([sys.executable, "-m", "hastune", *args], capture_output=True, text=True)
-    if p.returncode:
+    if p.returncode not in (0, 3):  # 3: the run misses the SLOs (its JSON is the result)
         return {"exit": p.returncode, "stderr": p.stderr.strip().splitlines()[-1:]}
     return _strip(json.loads(p.stdout))
 
