@@ -17,7 +17,8 @@ Selection, per table:
 - kernel (the `kernel_source` lane): `lanes` pins one per kind; else CUDA-graph all-reduce
   (what vLLM and SGLang run decode with), else the lane with the most rows.
 Attention rows are full attention (window_size 0); MoE rows by default power-law routing with
-alpha 1.2, the package's own default for MoE models (1.01 for DeepSeek's; `distribution`).
+alpha 1.2, the package's own default for MoE models (1.01 for DeepSeek's; `distribution`),
+their lane chosen per shape, fp8 weights' from fp8, fp8_block and bf16 rows (aic_moe).
 
 With vLLM, bf16, the current version, these are exactly the rows of ../shared/calibration
 (tests/calibrate/test_aic_source.py). The package is imported by neither this module nor
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hastune.calibrate.aic_moe import MOE_ALSO, moe_lanes
 from hastune.calibrate.sources import KernelSource
 from hastune.calibrate.tables import COLUMNS, Hardware, KernelTable, _merge_duplicates
 from hastune.errors import InputError
@@ -46,6 +48,7 @@ PKG_DTYPE = {  # role → hastune dtype → the package's value
     "mla_gemm": {"bf16": "bfloat16", "fp8": "fp8_block", "fp8_block": "fp8_block"},
     "comm": {"bf16": "half", "fp8": "int8"},
 }
+_MOE_ROWS: dict = {}    # (source, system, path) → moe_lanes' key → lane, filled by _rows
 MOE_COLUMNS = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
                "moe_ep_size")
 
@@ -205,6 +208,12 @@ class AicSource(KernelSource):
     def table(self, system: str, kind: str) -> KernelTable:
         return _table(self, system, kind)
 
+    def moe_rows(self, system: str) -> dict[tuple[int, ...], str]:
+        """Per shape key of the moe table, the lane its rows are from ("kernel_source",
+        "|moe_dtype" appended where dtypes competed: fp8 weights, aic_moe)."""
+        self.table(system, "moe")
+        return _MOE_ROWS.get((self, system, str(self.resolve(system, "moe")[1])), {})
+
     # --- selection ------------------------------------------------------------------------
     def versions(self, system: str, kind: str) -> list[str]:
         """Versions (oldest first) whose folder holds this kind's parquet file."""
@@ -275,7 +284,10 @@ class AicSource(KernelSource):
                 lane_of = np.char.add(np.char.add(lane_of, "|"), data[col].astype(str))
                 continue
             want = "bfloat16" if role in ("bf16", "attn") else PKG_DTYPE[role][self._dtype(role)]
-            sel = data[col] == want
+            wants = (want,) + (MOE_ALSO.get(want, ()) if kind == "moe" else ())
+            sel = np.isin(data[col], wants)
+            if len(wants) > 1:      # the dtype joins the lane: chosen per shape (_moe_lanes)
+                lane_of = np.char.add(np.char.add(lane_of, "|"), data[col].astype(str))
             if strict and not (mask & sel).any():
                 have = sorted({_hastune_dtype(role, x) for x in data[col][mask]})
                 raise InputError(path, col, f"no {self._dtype(role)} rows in {system}'s "
@@ -298,10 +310,15 @@ class AicSource(KernelSource):
             mask &= sel
         lat = np.asarray(data["latency"], dtype=float)
         mask &= np.isfinite(lat) & (lat > 0)
-        lane = self._lane(kind, lane_of[mask], path, strict)
-        if lane is not None:
-            mask &= lane_of == lane
-        shapes = np.column_stack([np.asarray(data[c], dtype=float)[mask] for c in spec.columns])
+        allc = np.column_stack([np.asarray(data[c], dtype=float) for c in spec.columns])
+        if kind == "moe" and kind not in dict(self.lanes):
+            keep, _MOE_ROWS[(self, system, str(path))] = moe_lanes(allc, lat, lane_of, mask)
+            mask &= keep
+        else:
+            lane = self._lane(kind, lane_of[mask], path, strict)
+            if lane is not None:
+                mask &= lane_of == lane
+        shapes = allc[mask]
         return shapes, lat[mask] * 1e-3
 
     def _lane(self, kind: str, lanes: np.ndarray, path: Path, strict: bool) -> str | None:

@@ -14,6 +14,7 @@ use, where the source has them (`Device.extra`); dense models never read them.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -50,11 +51,15 @@ class SystemKernels:
         if kind not in self.extras:
             src, system = self.source, self.hw.system
             model = None
+            if kind == "gemm" and dataclasses.is_dataclass(src) and hasattr(src, "gemm_dtype"):
+                src = dataclasses.replace(src, gemm_dtype="bf16")  # type: ignore[type-var]
             if src is not None and src.has_table(system, kind):
                 rows, _ = src.table(system, kind).split(self.holdout_fraction,
                                                        self.holdout_seed)
                 if kind == "moe":
                     model = MoEModel.fit(rows)
+                elif kind == "gemm":         # bf16 GEMMs of an fp8 source (unquantized_gemm)
+                    model = KernelModel.fit(rows, self.hw)
                 elif kind.startswith("nccl_"):
                     model = AllReduceModel.fit(rows)
                 else:
@@ -158,6 +163,16 @@ class Device:
         m, n, k = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (m, n, k)))
         return self.kernel("gemm", np.column_stack([m.ravel(), n.ravel(), k.ravel()])
                          ).reshape(m.shape)
+
+    def unquantized_gemm(self, m, n, k) -> np.ndarray:
+        """A GEMM that stays bf16 under fp8 weights (MoE routers): the source's bf16 GEMM
+        rows, where its own are another dtype and it has them; else gemm()."""
+        model = None if self.kernels.gemm_dtype == "bf16" else self.kernels.extra("gemm")
+        if model is None:
+            return self.gemm(m, n, k)
+        m, n, k = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (m, n, k)))
+        x = np.column_stack([m.ravel(), n.ravel(), k.ravel()])
+        return self._scaled(model, x, model.predict(x)).reshape(m.shape)
 
     def context_attention(self, batch, isl, heads, kv_heads, head_dim) -> np.ndarray:
         a = np.broadcast_arrays(*(np.asarray(v, dtype=float)

@@ -48,6 +48,7 @@ MIN_KV_TOKENS = 4096         # a TP degree must leave room for one long request'
 MLA_GEMMS = frozenset({"qkv_a", "q_b", "q", "kv_a", "q_nope_to_latent", "latent_to_v", "kv_b",
                        "o"})
 MLA_MODULE = {"prefill": "mla_context_module", "decode": "mla_generation_module"}
+UNQUANTIZED = frozenset({"router", "shared_gate"})   # bf16 under fp8 weights (vLLM, spec.py)
 PRECISION = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8"}   # dtype → bytes of spec.py
 
 
@@ -98,7 +99,7 @@ class LatencyModel:
         if m is not None:
             shape = (f"hidden {m.hidden}, inter {m.inter}, topk {m.topk}, experts {m.experts}, "
                      f"moe_tp {m.moe_tp}, moe_ep {m.moe_ep}")
-            out["moe"] = (f"fused-MoE table ({shape})" if self._moe_key else
+            out["moe"] = (f"fused-MoE table ({shape}{self._moe_rows()})" if self._moe_key else
                           f"grouped GEMMs from the GEMM table (no moe table rows at {shape})")
             if self.ep > 1:
                 a2a = self.dev.kernels.extra("nccl_alltoall")
@@ -109,6 +110,13 @@ class LatencyModel:
             out["mla"] = ("MLA-block tables (mla_context_module, mla_generation_module)"
                           if self._module else "GEMM table + attention on the latent")
         return out
+
+    def _moe_rows(self) -> str:
+        """Where fp8 weights' MoE rows are another dtype's, which (hastune.calibrate.aic_moe)."""
+        rows = getattr(self.dev.kernels.source, "moe_rows", None)
+        lane = rows(self.dev.kernels.hw.system).get(self._moe_key, "") if rows else ""
+        source, _, dtype = lane.rpartition("|")
+        return f"; {dtype} rows, {source}: faster here" if source and dtype != "fp8" else ""
 
     # --- LLM ------------------------------------------------------------------------------
     def _gemm(self, g: Gemm, tokens: np.ndarray, seqs: np.ndarray) -> np.ndarray:
@@ -122,7 +130,7 @@ class LatencyModel:
             rows = tokens * a.experts_per_token * local / a.experts
             touched = np.maximum(touched, 1.0)
             return d.gemm(rows / touched, g.n * touched, g.k)
-        t = d.gemm(m, g.n, g.k)
+        t = (d.unquantized_gemm if g.name in UNQUANTIZED else d.gemm)(m, g.n, g.k)
         return t if g.count == 1 else g.count * t
 
     def _groups(self, plan: LayerPlan, tokens: np.ndarray, seqs: np.ndarray) -> dict:
