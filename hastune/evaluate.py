@@ -211,9 +211,9 @@ class Evaluation:
                           "recipe; examples/spaces/ has some)") if first and first.fix else
                          "give search_space: a space whose configurations fit")
 
-    def instance_timing(self, tp: int, pp: int = 1) -> InstanceTiming:
-        """Latencies and KV capacity of one model instance of tp × pp GPUs."""
-        return InstanceTiming(self.profile, tp, pp, self.recipe.cluster)
+    def instance_timing(self, tp: int, pp: int = 1, ep: int = 1) -> InstanceTiming:
+        """Latencies and KV capacity of one model instance of tp × pp GPUs (experts over ep)."""
+        return InstanceTiming(self.profile, tp, pp, self.recipe.cluster, ep=ep)
 
     def runnable(self, config: Config) -> bool:
         return accepts(self.check, config)

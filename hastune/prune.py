@@ -151,7 +151,7 @@ class Bounds:
         c = recipe.cluster
         self.port_bw = max(c.intra_node.bandwidth_GBps, c.inter_node.bandwidth_GBps) * 1e9
 
-        self._shapes: dict[tuple[int, int, bool], _Shape | None] = {}
+        self._shapes: dict[tuple[int, int, bool, int], _Shape | None] = {}
         self._zero_whole: bool | None = None
         self._at_tp: dict[int, Bounds | None] = {profile.tp: self}
         self._lb_cache: dict[tuple, bool] = {}
@@ -172,19 +172,20 @@ class Bounds:
                                              tpot_lb() if callable(tpot_lb) else tpot_lb)
         return self._lb_cache[key]
 
-    def shape(self, tp: int, pp: int, encoder: bool = True) -> _Shape | None:
-        """Bounds of one instance of tp × pp GPUs (None: the profile lacks tp, or a TP group
-        would span nodes, or the weights leave no KV room). `encoder`: it also holds the
-        encoder's weights (when the workload is multimodal)."""
-        key = (tp, pp, encoder and bool(self.mm.any()))
+    def shape(self, tp: int, pp: int, encoder: bool = True, ep: int = 1) -> _Shape | None:
+        """Bounds of one instance of tp × pp GPUs, its experts over ep of them (None: the
+        profile lacks tp or that ep at tp, or a TP group would span nodes, or the weights leave
+        no KV room). `encoder`: it also holds the encoder's weights (when the workload is
+        multimodal)."""
+        key = (tp, pp, encoder and bool(self.mm.any()), ep)
         if key not in self._shapes:
-            self._shapes[key] = _Shape.of(self, tp, pp, key[2])
+            self._shapes[key] = _Shape.of(self, tp, pp, key[2], ep)
         return self._shapes[key]
 
     def shapes(self, cfg: Config) -> list[_Shape | None]:
         """The bounds of each kind of model instance `cfg` runs (its architecture's
         `shapes`)."""
-        return [self.shape(sh.tp, sh.pp, sh.encoder) for sh in archs.of(cfg).shapes(cfg)]
+        return [self.shape(sh.tp, sh.pp, sh.encoder, sh.ep) for sh in archs.of(cfg).shapes(cfg)]
 
     def lb_ok(self, ttft_lb: np.ndarray, tpot_lb: np.ndarray) -> bool:
         slo = self.recipe.slo
@@ -217,17 +218,18 @@ class Bounds:
 
 
 class _Shape:
-    """Per-request bounds at one instance shape (tp, pp)."""
+    """Per-request bounds at one instance shape (tp, pp, ep)."""
 
     __slots__ = ("kv_cap", "max_reserve", "ttft_lb", "tpot_lb", "prefill_s", "decode_s",
                  "kv_rate", "kv_bytes")
 
     @classmethod
-    def of(cls, b: Bounds, tp: int, pp: int, encoder: bool) -> _Shape | None:
+    def of(cls, b: Bounds, tp: int, pp: int, encoder: bool, ep: int = 1) -> _Shape | None:
         c = b.recipe.cluster
-        if tp not in b.profile.tp_degrees or tp > c.gpus_per_node:
+        if tp not in b.profile.tp_degrees or tp > c.gpus_per_node \
+                or ep not in b.profile.ep_degrees(tp):
             return None
-        tm = InstanceTiming(b.profile, tp, pp, c, with_encoder=encoder)
+        tm = InstanceTiming(b.profile, tp, pp, c, with_encoder=encoder, ep=ep)
         if tm.kv_cap <= 0:
             return None
         sh = cls()

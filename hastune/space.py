@@ -188,6 +188,26 @@ class SearchSpace(BaseModel):
     def size(self, budget: int) -> int:
         return sum(1 for _ in self.configs(budget))
 
+    def for_profile(self, profile: Any) -> SearchSpace:
+        """This space as the profile allows it: for a profile without expert-parallel sections
+        (a dense model's) each expert-parallel switch keeps only its off values, so a space
+        listing `expert_parallel: [false, true]` searches a dense model exactly as one without
+        it (the same configurations, the same sampler parameters). A switch listing only on
+        values is left as it is: its configurations are then refused by name
+        (Architecture.check). MoE profiles: the space as it is."""
+        if profile.ep_variants:
+            return self
+        params = dict(self.params)
+        for k in archs.get(self.architecture).ep_knobs:
+            v = params.get(k)
+            if isinstance(v, list) and any(x is True for x in v):
+                off = [x for x in v if x is not True]
+                if off:
+                    params[k] = off
+        if params == self.params:
+            return self
+        return self.model_copy(update={"params": params})
+
 
 def config_key(cfg: AnyConfig) -> tuple:
     """Identity of a configuration (for caching and de-duplication)."""
@@ -204,8 +224,15 @@ def load_space(path: str | Path) -> SearchSpace:
 
 
 def space_for(architecture: str, recipe_path: str | None = None,
-              override: str | None = None) -> SearchSpace:
-    """The space a recipe tunes: its `search_space` file, else the shipped default."""
+              override: str | None = None, profile: Any = None) -> SearchSpace:
+    """The space a recipe tunes: its `search_space` file, else the shipped default; with the
+    recipe's `profile`, as that profile allows it (`SearchSpace.for_profile`)."""
+    space = _space_for(architecture, recipe_path, override)
+    return space if profile is None else space.for_profile(profile)
+
+
+def _space_for(architecture: str, recipe_path: str | None,
+               override: str | None) -> SearchSpace:
     if override:
         p = Path(override)
         if not p.is_absolute() and recipe_path:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer
 
 from hastune.errors import InputError
 
@@ -42,6 +42,18 @@ class ConfigBase(BaseModel):
     kind: Literal["deployment"] = "deployment"
     name: str | None = None
     gpu_terms: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    # knobs added since the architecture's first release, left out of a dump while at their
+    # default: a config that does not use them dumps, keys and hashes as before
+    since: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_new_defaults(self, handler: Any) -> Any:
+        data = handler(self)
+        for name in self.since:
+            if isinstance(data, dict) and name in data and \
+                    getattr(self, name) == type(self).model_fields[name].default:
+                del data[name]
+        return data
 
     @property
     def gpus(self) -> int:
@@ -56,26 +68,71 @@ class ConfigBase(BaseModel):
 
 class Parallel(BaseModel):
     """TP × PP of one full model replica; its GPUs sit next to each other (a TP group never
-    spans nodes: the profiles' TP latencies assume an intra-node all-reduce)."""
+    spans nodes: the profiles' TP latencies assume an intra-node all-reduce). With
+    `expert_parallel` (MoE models) each GPU of the TP group holds whole experts (ep = tp,
+    vLLM's --enable-expert-parallel) instead of a 1/tp slice of every expert."""
 
     tp: int = Field(ge=1, le=64, description="tensor-parallel degree of one instance")
     pp: int = Field(default=1, ge=1, le=16, description="pipeline stages of one instance")
+    expert_parallel: bool = Field(
+        default=False, description="MoE: whole experts spread over the TP group (ep = tp)")
+
+    @field_validator("expert_parallel")
+    @classmethod
+    def _ep_needs_tp(cls, v: bool, info: ValidationInfo) -> bool:
+        return ep_needs_tp(v, info, "")
+
+    @property
+    def ep(self) -> int:
+        """Expert-parallel degree: tp with `expert_parallel`, else 1 (experts TP-split)."""
+        return self.tp if self.expert_parallel else 1
 
     @property
     def instance_gpus(self) -> int:
         return self.tp * self.pp
 
 
+def ep_needs_tp(on: bool, info: ValidationInfo, prefix: str) -> bool:
+    """A `<prefix>expert_parallel` field validator (declared after `<prefix>tp`): expert
+    parallelism over a TP group of one GPU is no expert parallelism, so it is refused (a
+    search space then lists each deployment once)."""
+    tp = info.data.get(f"{prefix}tp", 1)  # absent: tp itself was refused
+    if on and isinstance(tp, int) and tp < 2:
+        raise ValueError(f"expert parallelism spreads whole experts over the TP group, and "
+                         f"{prefix}tp = {tp}. Fix: set {prefix}tp ≥ 2 or "
+                         f"{prefix}expert_parallel: false")
+    return on
+
+
 @dataclass(frozen=True)
 class Shape:
     """One kind of model instance a config runs: the prefix of its fields (`prefill_tp`: the
-    prefix is 'prefill_'), its tp × pp, and whether it holds the encoder's weights (it encodes
-    multimodal requests inline)."""
+    prefix is 'prefill_'), its tp × pp, whether it holds the encoder's weights (it encodes
+    multimodal requests inline), and its expert-parallel degree."""
 
     prefix: str
     tp: int
     pp: int
     encoder: bool = True
+    ep: int = 1  # expert-parallel degree (1: experts split over the TP group; else tp)
+
+
+def check_ep(profile: Profile, sh: Shape, path: str | Path | None) -> None:
+    """Refuse expert parallelism the profile has no sections for, naming the field: a dense
+    model's profile (none at all), or a MoE profile without that TP degree's."""
+    if sh.ep == 1:
+        return
+    field = f"{sh.prefix}expert_parallel"
+    if not profile.ep_variants:
+        raise InputError(path, field, f"the profile {profile.name} ({profile.model}) has no "
+                         "expert-parallel sections: expert parallelism needs a mixture-of-"
+                         "experts model", f"set {field}: false (or remove it)")
+    if sh.ep not in profile.ep_degrees(sh.tp):
+        have = [t for t in profile.tp_degrees if len(profile.ep_degrees(t)) > 1]
+        raise InputError(path, field, f"the profile {profile.name} has no expert-parallel "
+                         f"variant at {sh.prefix}tp = {sh.tp} (ep = tp)",
+                         f"use {sh.prefix}tp " + ", ".join(map(str, have))
+                         + f" with {field}, or set {field}: false")
 
 
 class Architecture:
@@ -90,6 +147,9 @@ class Architecture:
     engine_mode: ClassVar[str | None] = None
     not_runnable: ClassVar[str] = ""       # why the engine cannot run it (engine_mode None)
     pool_word: ClassVar[str] = "instances"  # what its units are called ("replicas", …)
+    # its expert-parallel switches (bool knobs, MoE models only: see `check`); a search space
+    # keeps only their false value for a profile without expert-parallel sections
+    ep_knobs: ClassVar[tuple[str, ...]] = ()
 
     # -- GPU accounting -------------------------------------------------------------------
     @property
@@ -121,12 +181,13 @@ class Architecture:
 
     def shapes(self, cfg: Any) -> list[Shape]:
         """The kinds of model instance `cfg` runs."""
-        return [Shape("", cfg.tp, cfg.pp)]
+        return [Shape("", cfg.tp, cfg.pp, ep=cfg.ep)]
 
     def check(self, ev: Evaluation, cfg: Any, path: str | Path | None) -> None:
         """Refuse a config the recipe cannot run (beyond the GPU budget), naming the field:
-        every instance's TP degree must be in the profile and inside a node, and its weights
-        must leave room for KV cache."""
+        every instance's TP degree must be in the profile and inside a node, its expert
+        parallelism in the profile (a MoE model's), and its weights must leave room for KV
+        cache."""
         cluster = ev.recipe.cluster
         for sh in self.shapes(cfg):
             if sh.tp not in ev.profile.tp_degrees:
@@ -139,7 +200,8 @@ class Architecture:
                                  f"tp = {sh.tp} spans nodes (gpus_per_node = "
                                  f"{cluster.gpus_per_node}); TP groups stay inside a node",
                                  "lower tp and use pp for more GPUs per instance")
-            if ev.instance_timing(sh.tp, sh.pp).kv_cap_text <= 0:
+            check_ep(ev.profile, sh, path)
+            if ev.instance_timing(sh.tp, sh.pp, ep=sh.ep).kv_cap_text <= 0:
                 raise InputError(path, f"{sh.prefix}pp",
                                  f"the model's weights leave no room for KV cache at "
                                  f"tp = {sh.tp}, pp = {sh.pp}", "raise tp or pp")
@@ -152,7 +214,7 @@ class Architecture:
     def decode_timing(self, ev: Evaluation, cfg: Any) -> tuple[DecodeSpec, float]:
         """The decode step form and KV capacity (tokens) of one decode instance."""
         sh = self.shapes(cfg)[-1]
-        tm = ev.instance_timing(sh.tp, sh.pp)
+        tm = ev.instance_timing(sh.tp, sh.pp, ep=sh.ep)
         return tm.decode, tm.kv_cap_text
 
     # -- pruning (hastune.prune) ----------------------------------------------------------

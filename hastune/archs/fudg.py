@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
-from hastune.archs.base import Architecture, ConfigBase, Shape
+from hastune.archs.base import Architecture, ConfigBase, Shape, ep_needs_tp
 
 if TYPE_CHECKING:
     from hastune.prune import Bounds
@@ -23,6 +23,7 @@ class FuDGConfig(ConfigBase):
 
     gpu_terms = (("prefill_tp", "prefill_pp", "prefill_instances"),
                  ("decode_tp", "decode_pp", "decode_instances"))
+    since = ("prefill_expert_parallel", "decode_expert_parallel")
     architecture: Literal["fudg"]
     prefill_instances: int = Field(ge=1, le=1024)
     prefill_tp: int = Field(default=1, ge=1, le=64)
@@ -31,6 +32,23 @@ class FuDGConfig(ConfigBase):
     decode_tp: int = Field(default=1, ge=1, le=64)
     decode_pp: int = Field(default=1, ge=1, le=16)
     placement: Literal["interleaved", "grouped"] = "interleaved"
+    prefill_expert_parallel: bool = Field(
+        default=False, description="MoE: prefill instances hold whole experts (ep = tp)")
+    decode_expert_parallel: bool = Field(
+        default=False, description="MoE: decode instances hold whole experts (ep = tp)")
+
+    @field_validator("prefill_expert_parallel", "decode_expert_parallel")
+    @classmethod
+    def _ep_needs_tp(cls, v: bool, info: ValidationInfo) -> bool:
+        return ep_needs_tp(v, info, info.field_name.split("_")[0] + "_")  # type: ignore
+
+    @property
+    def prefill_ep(self) -> int:
+        return self.prefill_tp if self.prefill_expert_parallel else 1
+
+    @property
+    def decode_ep(self) -> int:
+        return self.decode_tp if self.decode_expert_parallel else 1
 
 
 class FuDG(Architecture):
@@ -39,19 +57,22 @@ class FuDG(Architecture):
     summary = "DistServe/Mooncake-like: prefill and decode pools, KV over the network"
     simulator_class = "hastune.sim.fudg:FuDGSimulator"
     not_runnable = "its KV cache transfer between instances is simulated only"
+    ep_knobs = ("prefill_expert_parallel", "decode_expert_parallel")
 
     def shapes(self, cfg: Any) -> list[Shape]:
         # decode instances hold no encoder (multimodal requests are encoded at prefill)
-        return [Shape("prefill_", cfg.prefill_tp, cfg.prefill_pp),
-                Shape("decode_", cfg.decode_tp, cfg.decode_pp, encoder=False)]
+        return [Shape("prefill_", cfg.prefill_tp, cfg.prefill_pp, ep=cfg.prefill_ep),
+                Shape("decode_", cfg.decode_tp, cfg.decode_pp, encoder=False, ep=cfg.decode_ep)]
 
     def decode_units(self, cfg: Any) -> float:
         return float(cfg.decode_instances)
 
     def describe(self, cfg: Any) -> str:
+        pe = ", ep" if cfg.prefill_expert_parallel else ""
+        de = ", ep" if cfg.decode_expert_parallel else ""
         return (f"{self.name} on {cfg.gpus} GPUs ({cfg.prefill_instances} prefill × tp "
-                f"{cfg.prefill_tp} × pp {cfg.prefill_pp}, {cfg.decode_instances} decode × tp "
-                f"{cfg.decode_tp} × pp {cfg.decode_pp})")
+                f"{cfg.prefill_tp} × pp {cfg.prefill_pp}{pe}, {cfg.decode_instances} decode × "
+                f"tp {cfg.decode_tp} × pp {cfg.decode_pp}{de})")
 
     def zero_load_ok(self, b: Bounds, cfg: Any) -> bool:
         shapes = b.shapes(cfg)
@@ -63,7 +84,7 @@ class FuDG(Architecture):
     def kv_lb_s(self, b: Bounds, cfg: Any) -> np.ndarray:
         """Least time to move each request's KV: over the fastest path, every shard at once."""
         c = b.recipe.cluster
-        p = b.shape(cfg.prefill_tp, cfg.prefill_pp)
+        p = b.shape(cfg.prefill_tp, cfg.prefill_pp, ep=cfg.prefill_ep)
         gp = cfg.prefill_tp * cfg.prefill_pp
         bw = max(c.intra_node.bandwidth_GBps * gp, c.inter_node.bandwidth_GBps) * 1e9
         lat = min(c.intra_node.latency_us, c.inter_node.latency_us) * 1e-6

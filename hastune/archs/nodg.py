@@ -23,6 +23,7 @@ class NoDGConfig(ConfigBase, Parallel):
     separate prefill-only iterations that pause decoding. Encoders run inline."""
 
     gpu_terms = (("tp", "pp", "replicas"),)
+    since = ("expert_parallel",)
     architecture: Literal["nodg"]
     replicas: int = Field(ge=1, le=1024)
     chunk_tokens: int | None = Field(default=512, ge=64, le=65536,

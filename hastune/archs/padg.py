@@ -27,6 +27,7 @@ class PaDGConfig(ConfigBase, Parallel):
     macro-instance, splitting past `n_upper`; `max_instances` bounds the GPUs it may take."""
 
     gpu_terms = (("tp", "pp", "instances"),)
+    since = ("expert_parallel",)
     architecture: Literal["padg"]
     instances: int = Field(ge=1, le=1024, description="instances in service (at start)")
     n_upper: int = Field(default=8, ge=1, description="N_u: most instances per macro-instance")

@@ -15,6 +15,7 @@ class Colocated(Architecture):
     """Replicas that both prefill and decode, `count_field` of them."""
 
     count_field: str = "instances"
+    ep_knobs = ("expert_parallel",)
 
     def units(self, cfg: Any) -> int:
         return int(getattr(cfg, self.count_field))
@@ -23,8 +24,9 @@ class Colocated(Architecture):
         return 0.5 * self.units(cfg)  # a replica that also prefills decodes about half the time
 
     def describe(self, cfg: Any) -> str:
+        ep = ", expert-parallel" if cfg.expert_parallel else ""
         return (f"{self.name} on {cfg.gpus} GPUs ({self.units(cfg)} {self.pool_word} of "
-                f"tp {cfg.tp} × pp {cfg.pp})")
+                f"tp {cfg.tp} × pp {cfg.pp}{ep})")
 
     def stages(self, b: Bounds, cfg: Any) -> dict[str, float]:
         """An instance that prefills and decodes spends per request at least its prefill work
@@ -45,6 +47,11 @@ class Colocated(Architecture):
         from hastune.errors import InputError
 
         super().engine_check(cfg, path)
+        if cfg.expert_parallel:
+            raise InputError(path, "expert_parallel", f"the engine runs each {self.name} "
+                             "replica as one worker process on one device and has no expert "
+                             "parallelism", "set expert_parallel: false, or evaluate it with "
+                             "the simulator (--evaluator sim)")
         for f in ("tp", "pp"):
             v = getattr(cfg, f)
             if v != 1:

@@ -262,7 +262,7 @@ def prune_cmd(
     ev = Evaluation(rec)
     reports = {}
     for arch in rec.architectures:
-        space = space_for(arch, rec.path, rec.search_space)
+        space = space_for(arch, rec.path, rec.search_space, ev.profile)
         reports[arch] = prune(rec, ev.profile, ev.requests, space,
                               evaluate=lambda c: ev.goodput(c).goodput_rps,
                               probe_top=probe_top, margin=margin)

@@ -52,7 +52,7 @@ def validate_file(path: Path) -> tuple[str, str]:
     rec = load_recipe(path)
     ev = Evaluation(rec, requests=min(rec.workload.requests, 200))  # profile, trace checks
     for arch in rec.architectures:  # each space exists and holds something this can run
-        space = space_for(arch, str(path), rec.search_space)
+        space = space_for(arch, str(path), rec.search_space, ev.profile)
         own = rec.search_space and space.source == str(rec.resolve(rec.search_space))
         ev.check_space(space, rec.search_space if own else f"search_spaces/{arch}.yaml")
     return kind, (f"{rec.model} on {rec.cluster.gpus}× {rec.cluster.gpu}, profile "

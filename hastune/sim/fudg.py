@@ -76,10 +76,10 @@ class FuDGSimulator:
         check_gpus(config, cluster)
         self.profile, self.cluster, self.config, self.warmup = profile, cluster, config, warmup
         fp, fd = place(config)
-        self.ptm = [InstanceTiming(profile, config.prefill_tp, config.prefill_pp, cluster, g)
-                    for g in fp]
-        self.dtm = [InstanceTiming(profile, config.decode_tp, config.decode_pp, cluster, g)
-                    for g in fd]
+        self.ptm = [InstanceTiming(profile, config.prefill_tp, config.prefill_pp, cluster, g,
+                                   ep=config.prefill_ep) for g in fp]
+        self.dtm = [InstanceTiming(profile, config.decode_tp, config.decode_pp, cluster, g,
+                                   ep=config.decode_ep) for g in fd]
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()

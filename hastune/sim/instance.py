@@ -3,7 +3,9 @@
 Shared by the simulators of full-model replicas, colocated or fully disaggregated.
 
 Timing comes from the profile at the instance's TP degree (`Profile.for_tp`: the TP
-all-reduce is inside those latencies). Pipeline parallelism is derived from it, with the
+all-reduce is inside those latencies), or, with experts spread whole over the TP group (ep =
+tp, MoE models), from its expert-parallel sections (`Profile.for_parallel`: the all-to-all of
+each MoE layer inside). Pipeline parallelism is derived from it, with the
 layers split evenly over `pp` stages and a hop of the activations (hidden × 2 bytes per token,
 the profile's `embedding_bytes_per_token`) between consecutive stages over the intra-node
 link, or the inter-node one when the instance spans nodes:
@@ -29,12 +31,13 @@ from hastune.sim.decode import DecodeWorker
 
 
 class InstanceTiming:
-    """Latencies and KV capacity of one instance of tp × pp GPUs starting at `first_gpu`."""
+    """Latencies and KV capacity of one instance of tp × pp GPUs starting at `first_gpu`, its
+    experts over `ep` GPUs (1: split over the TP group)."""
 
     def __init__(self, profile: Profile, tp: int, pp: int, cluster: Cluster,
-                 first_gpu: int = 0, with_encoder: bool = False):
-        prof = profile.for_tp(tp)  # ValueError naming the degrees the profile has
-        self.tp, self.pp, self.gpus = tp, pp, tp * pp
+                 first_gpu: int = 0, with_encoder: bool = False, ep: int = 1):
+        prof = profile.for_parallel(tp, ep)  # ValueError naming the degrees the profile has
+        self.tp, self.pp, self.ep, self.gpus = tp, pp, ep, tp * pp
         per_node = cluster.gpus_per_node
         self.first_gpu = first_gpu
         self.node = first_gpu // per_node

@@ -48,8 +48,8 @@ class NoDGSimulator:
         check_gpus(config, cluster)
         self.profile, self.cluster, self.config, self.warmup = profile, cluster, config, warmup
         g = config.instance_gpus
-        self.timings = [InstanceTiming(profile, config.tp, config.pp, cluster, first_gpu=i * g)
-                        for i in range(config.replicas)]
+        self.timings = [InstanceTiming(profile, config.tp, config.pp, cluster, first_gpu=i * g,
+                                      ep=config.ep) for i in range(config.replicas)]
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         return _Run(self, reqs, rate).go()

@@ -53,8 +53,8 @@ class PaDGSimulator:
         total = config.max_instances if config.mitosis and config.max_instances else \
             config.instances
         g = config.instance_gpus
-        self.timings = [InstanceTiming(profile, config.tp, config.pp, cluster, first_gpu=i * g)
-                        for i in range(total)]
+        self.timings = [InstanceTiming(profile, config.tp, config.pp, cluster, first_gpu=i * g,
+                                      ep=config.ep) for i in range(total)]
         self.last: dict = {}
 
     def groups(self, n: int) -> list[list[int]]:

@@ -40,7 +40,7 @@ def run_grid(recipe_path: str | Path, prune_first: bool = True, workers: int = 1
     t0 = time.perf_counter()
     cfgs, total = [], 0
     for arch in rec.architectures:
-        space = space_for(arch, rec.path, rec.search_space)
+        space = space_for(arch, rec.path, rec.search_space, ev.profile)
         if prune_first:
             rep = prune(rec, ev.profile, ev.requests, space)  # analytic rules only: exhaustive
             total += rep.total

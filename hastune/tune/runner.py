@@ -125,7 +125,7 @@ class Tuner:
         self.evaluator: Evaluator = evaluator
         # the profile and requests pruning works from (the simulator's, whatever measures)
         self.ev = evaluator if isinstance(evaluator, Evaluation) else Evaluation(recipe)
-        self.spaces = {a: space_for(a, recipe.path, recipe.search_space)
+        self.spaces = {a: space_for(a, recipe.path, recipe.search_space, self.ev.profile)
                        for a in recipe.architectures}
         for space in self.spaces.values():  # before any work: each can run something
             self.ev.check_space(space, space.source)
