@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from hastune.profile import TPVariant, find_profile, load_profile
 from hastune.prune import prune
 from hastune.recipe import Recipe
 from hastune.space import SearchSpace, config_key, space_for
+from hastune.tune.params import Parametrization
 from hastune.tune.runner import config_key as trial_key
 
 DENSE = load_profile(find_profile("codellama2-34b", "h100-80gb"))
@@ -255,9 +257,37 @@ def test_dense_search_unchanged_moe_search_grows(arch):
     a, b = prune(rec, DENSE, ev.requests, dense), prune(rec, DENSE, ev.requests, without)
     assert (a.total, a.removed) == (b.total, b.removed)
     assert [c.as_dict() for c in a.kept] == [c.as_dict() for c in b.kept]
+    pa, pb = Parametrization({arch: dense}, G), Parametrization({arch: without}, G)
+    assert pa.params == pb.params  # the sampler sees the same parameters
+    assert pa.fixed[arch] == {**pb.fixed[arch], **dict.fromkeys(EP_FIELDS[arch], False)}
     moe = moe_profile(0.8, 1.3)
     assert shipped.for_profile(moe) is shipped
     rep = prune(rec, moe, Evaluation(rec, profile=moe).requests, shipped)
     assert rep.total > a.total and rep.removed["structural"] > 0
     kept_ep = [c for c in rep.kept if any(getattr(c.config, f) for f in EP_FIELDS[arch])]
     assert kept_ep, "no expert-parallel config survived pruning on the MoE profile"
+
+
+def test_mixtral_expert_parallel_follows_its_profile(tmp_path, monkeypatch):
+    """Mixtral-8x7B on H100 (its profile built from aiconfigurator-core's tables: the kernels
+    extra, installed in CI): at each TP degree a lone replica's TPOT with expert parallelism
+    is above or below the TP-split one as the profile's decode step at batch 1 is."""
+    from hastune.evaluators import resolve_profile
+    from hastune.recipe import load_recipe
+
+    monkeypatch.setenv("HASTUNE_CACHE", str(tmp_path))
+    root = Path(__file__).resolve().parents[2]
+    rec = load_recipe(root / "examples" / "mixtral-8x7b-h100.yaml")
+    prof, _ = resolve_profile(rec)
+    rec = rec.model_copy(update={"workload": rec.workload.model_copy(update={
+        "requests": 30, "arrival": rec.workload.arrival.model_copy(
+            update={"process": "closed", "think_s": 0.0})})})
+    ev = Evaluation(rec, profile=prof)
+    ctx = float(np.mean(ev.requests.prefill_tokens))
+    for tp in (2, 4, 8):
+        assert prof.ep_degrees(tp) == [1, tp]
+        steps = [prof.for_parallel(tp, e).decode.step(1, ctx) for e in (1, tp)]
+        tpots = [_mean_latencies(ev, parse_config(config("nodg", tp, 1, on)))[1]
+                 for on in (False, True)]
+        if abs(steps[1] / steps[0] - 1) > 0.02:
+            assert (tpots[1] > tpots[0]) == (steps[1] > steps[0]), (tp, steps, tpots)
