@@ -104,7 +104,8 @@ def _moe(c: Cfg, model_type: str, layers: int, hidden: int) -> dict:
 
 def _mla(c: Cfg) -> dict:
     rope, nope = c.int("qk_rope_head_dim"), c.int("qk_nope_head_dim")
-    return {"q_lora_rank": c.int("q_lora_rank", 0, minimum=0), "kv_lora_rank":
+    # q_lora_rank null (or absent): q projected directly (DeepSeek-V2-Lite); 0 is no rank
+    return {"q_lora_rank": c.int("q_lora_rank", None) or 0, "kv_lora_rank":
             c.int("kv_lora_rank"), "qk_rope_head_dim": rope, "qk_nope_head_dim": nope,
             "v_head_dim": c.int("v_head_dim"), "head_dim": rope + nope,
             "mtp_layers": c.int("num_nextn_predict_layers", 0, minimum=0)}
