@@ -86,6 +86,14 @@ def resolve_profile(recipe: Recipe, quiet: bool = False) -> tuple[Profile, Profi
     prec = precision_of(recipe, arch)
     req = ondemand.Request(arch, recipe.cluster.gpu, prec, recipe.engine)
     got = ondemand.ensure(req, recipe.path)
+    prof = got.profile
+    need = prof.min_pp * min(prof.tp_degrees)
+    if need > recipe.cluster.gpus:  # larger than one node: it needs pipeline stages
+        raise InputError(recipe.path, "cluster.gpus", f"{arch.name} ({prec.label}) does not "
+                         f"fit on {recipe.cluster.gpus} {recipe.cluster.gpu}: its weights need "
+                         f"tp {min(prof.tp_degrees)} × {prof.min_pp} pipeline stages, "
+                         f"{need} GPUs", f"give cluster.gpus ≥ {need} (pp across nodes), "
+                         "fp8 weights, or a GPU with more memory")
     src = ProfileSource("built" if got.built else "cache", str(got.path), prec, recipe.engine,
                         f"{PACKAGE} {package_version()}", got.seconds)
     if got.built and not quiet:

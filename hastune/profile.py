@@ -96,11 +96,13 @@ class MemorySpec(_Strict):
     activation_bytes: float = Field(ge=0, default=0.0, description="headroom kept free")
     utilisation: float = Field(gt=0, le=1.0, default=0.9, description="share of gpu_bytes usable")
 
-    def kv_capacity_tokens(self, with_encoder: bool = False) -> int:
-        free = self.gpu_bytes * self.utilisation - self.weight_bytes - self.activation_bytes
+    def kv_capacity_tokens(self, with_encoder: bool = False, pp: int = 1) -> int:
+        """KV tokens one GPU holds; over `pp` pipeline stages it holds 1/pp of the LLM's
+        weights and of each token's KV."""
+        free = self.gpu_bytes * self.utilisation - self.weight_bytes / pp - self.activation_bytes
         if with_encoder:
             free -= self.encoder_weight_bytes
-        return max(0, int(free // self.kv_bytes_per_token))
+        return max(0, int(free // (self.kv_bytes_per_token / pp)))
 
 
 class EncodeSpec(_Strict):
@@ -255,24 +257,28 @@ class Profile(_Strict):
     ep_variants: dict[int, dict[int, TPVariant]] = Field(
         default_factory=dict, description="MoE models: TP degree → expert-parallel degree "
         "(> 1) → sections with whole experts over ep GPUs (memory included)")
+    min_pp: int = Field(default=1, ge=1, le=16, description="pipeline stages the weights need "
+                        "to fit at these TP degrees (> 1: a model larger than one node)")
     fit: FitRecord | None = None
     path: str | None = Field(default=None, exclude=True)
-    _since: ClassVar[tuple[str, ...]] = ("ep_variants",)
+    _since: ClassVar[tuple[str, ...]] = ("ep_variants", "min_pp")
 
     @model_validator(mode="after")
     def _fits(self) -> Profile:
-        if self.memory.kv_capacity_tokens() <= 0:
+        pp = self.min_pp
+        if self.memory.kv_capacity_tokens(pp=pp) <= 0:
             raise ValueError(
-                f"the LLM weights do not fit in GPU memory at tp {self.tp} (no room left for "
-                "KV cache). Fix: check memory.gpu_bytes / weight_bytes (per GPU), raise tp, "
-                "or use a larger GPU"
+                f"the LLM weights do not fit in GPU memory at tp {self.tp}"
+                + (f" over {pp} pipeline stages" if pp > 1 else "") + " (no room left for "
+                "KV cache). Fix: check memory.gpu_bytes / weight_bytes (per GPU), raise tp "
+                "or min_pp, or use a larger GPU"
             )
         for deg in self.variants:
             if deg < 1 or deg == self.tp:
                 raise ValueError(
                     f"variants has tp {deg}. Fix: use TP degrees ≥ 1 other than the base tp "
                     f"{self.tp} (the base sections describe tp {self.tp})")
-            if self.memory_at(deg).kv_capacity_tokens() <= 0:
+            if self.memory_at(deg).kv_capacity_tokens(pp=pp) <= 0:
                 raise ValueError(
                     f"variants[{deg}]: the LLM weights do not fit in GPU memory at tp {deg}. "
                     "Fix: drop that variant or correct its memory section")
@@ -284,7 +290,7 @@ class Profile(_Strict):
                         f"{where}: an expert-parallel variant needs a TP degree of the profile "
                         f"({', '.join(map(str, self.tp_degrees))}), ep ≥ 2 equal to its `ep` "
                         "and its own memory section. Fix: regenerate the profile")
-                if v.memory.kv_capacity_tokens() <= 0:
+                if v.memory.kv_capacity_tokens(pp=pp) <= 0:
                     raise ValueError(f"{where}: the LLM weights do not fit in GPU memory. "
                                      "Fix: drop that variant or correct its memory section")
         return self

@@ -36,19 +36,29 @@ def _arch(model: str | ModelArch) -> ModelArch:
     return MODELS[model] if isinstance(model, str) else model
 
 
-def tp_degrees(model: str | ModelArch, dev: Device) -> list[int]:
-    """TP degrees whose weights fit with room for MIN_KV_TOKENS of KV per GPU."""
+PP_DEGREES = (1, 2, 4, 8, 16)  # pipeline stages a config may use (Parallel.pp ≤ 16)
+
+
+def tp_degrees(model: str | ModelArch, dev: Device, pp: int = 1) -> list[int]:
+    """TP degrees whose weights, over `pp` pipeline stages, fit with room for
+    MIN_KV_TOKENS of KV per GPU."""
     arch = _arch(model)
     return [tp for tp in TP_DEGREES if arch.llm.supports_tp(tp)
             and tp in {1, *dev.kernels.allreduce.gpu_counts}
-            and LatencyModel(arch, dev, tp).fits()]
+            and LatencyModel(arch, dev, tp).fits(pp)]
 
 
-def ep_degrees(arch: ModelArch, dev: Device, tp: int) -> list[int]:
+def min_pp(arch: ModelArch, dev: Device) -> int | None:
+    """The fewest pipeline stages at which some TP degree of one node fits (1 for every
+    model that fits one node; more for one that needs several nodes); None: none does."""
+    return next((pp for pp in PP_DEGREES if tp_degrees(arch, dev, pp)), None)
+
+
+def ep_degrees(arch: ModelArch, dev: Device, tp: int, pp: int = 1) -> list[int]:
     """Expert-parallel degrees > 1 profiled at `tp`: ep = tp where the experts split."""
     if not arch.llm.moe or tp < 2 or not arch.llm.supports_ep(tp):
         return []
-    return [tp] if LatencyModel(arch, dev, tp, tp).fits() else []
+    return [tp] if LatencyModel(arch, dev, tp, tp).fits(pp) else []
 
 
 def _kernel_source(dev: Device) -> dict | None:
@@ -144,20 +154,25 @@ def profile_dict(model: str | ModelArch, gpu: str | GPUSpec, root: Path | Kernel
     arch = _arch(model)
     dev = build_device(root, gpu)
     model, gpu = arch.name, dev.gpu.name
-    degrees = tp_degrees(arch, dev)
-    if not degrees:
-        raise ValueError(f"{model} does not fit on {gpu} at any TP degree in {TP_DEGREES}")
+    # a model too large for one node is profiled at the TP degrees that fit once its layers
+    # are split over the fewest pipeline stages that hold it (a config then needs pp ≥ that:
+    # the memory rule removes the others)
+    pp = min_pp(arch, dev)
+    if pp is None:
+        raise ValueError(f"{model} does not fit on {gpu} at any TP degree in {TP_DEGREES} "
+                         f"with up to {PP_DEGREES[-1]} pipeline stages")
+    degrees = tp_degrees(arch, dev, pp)
     base = degrees[0]
     errors: dict[str, dict] = {}
-    lm = LatencyModel(arch, dev, base)
+    lm = LatencyModel(arch, dev, base, pp=pp)
     comp: dict[str, str] = {}
     sections = _sections(lm, errors, "", comp)
     encode = _encode(lm, errors)
-    variants = {tp: _sections(LatencyModel(arch, dev, tp), errors, f"@tp{tp}", comp)
+    variants = {tp: _sections(LatencyModel(arch, dev, tp, pp=pp), errors, f"@tp{tp}", comp)
                 for tp in degrees[1:]}
-    ep_variants = {tp: {ep: {**_sections(LatencyModel(arch, dev, tp, ep), errors,
+    ep_variants = {tp: {ep: {**_sections(LatencyModel(arch, dev, tp, ep, pp), errors,
                                          f"@tp{tp}ep{ep}", comp), "ep": ep}
-                        for ep in ep_degrees(arch, dev, tp)} for tp in degrees}
+                        for ep in ep_degrees(arch, dev, tp, pp)} for tp in degrees}
     ep_variants = {tp: v for tp, v in ep_variants.items() if v}
     c, b, i = dev.scale
     fit = {"calibration": dev.kernels.hw.system,
@@ -181,7 +196,9 @@ def profile_dict(model: str | ModelArch, gpu: str | GPUSpec, root: Path | Kernel
     }
     if ep_variants:
         data["ep_variants"] = ep_variants
-        data["fit"] = data.pop("fit")      # the fit record stays last
+    if pp > 1:
+        data["min_pp"] = pp
+    data["fit"] = data.pop("fit")          # the fit record stays last
     return data
 
 

@@ -57,7 +57,10 @@ class LatencyModel:
     groups)` in seconds, numpy-broadcast; memory figures per GPU of the TP group. `ep`: 1
     (experts TP-split) or tp (whole experts per GPU), MoE models only."""
 
-    def __init__(self, arch: ModelArch, device: Device, tp: int = 1, ep: int = 1):
+    def __init__(self, arch: ModelArch, device: Device, tp: int = 1, ep: int = 1,
+                 pp: int = 1):
+        """`pp`: the pipeline stages the model's weights are split over when memory is
+        counted (kv_capacity_tokens, fits); latencies are of the whole model at `tp`."""
         a = arch.llm
         if not a.supports_tp(tp):
             raise ValueError(f"{arch.name}: {a.heads} heads / {a.kv_heads} KV "
@@ -69,7 +72,7 @@ class LatencyModel:
                 raise ValueError(f"{arch.name}: ep = {ep} at tp = {tp}: use ep 1 (experts "
                                  "TP-split) or ep = tp dividing the experts (data-parallel "
                                  "attention, ep > tp, is not modelled)")
-        self.arch, self.dev, self.tp, self.ep = arch, device, tp, ep
+        self.arch, self.dev, self.tp, self.ep, self.pp = arch, device, tp, ep, pp
         plan_ep = ep if ep > 1 else 0
         self._plans = {ph: layer_plan(a, tp, plan_ep, ph) for ph in ("prefill", "decode")}
         self._moe_key = None
@@ -294,12 +297,15 @@ class LatencyModel:
         return MAX_BATCH_TOKENS * per_token * BYTES + MAX_SEQS * a.vocab / tp * 4.0 \
             + RUNTIME_BYTES
 
-    def kv_capacity_tokens(self, utilisation: float = 0.9) -> int:
-        free = self.dev.mem_bytes * utilisation - self.weight_bytes - self.activation_bytes
-        return max(0, int(free // self.kv_bytes_per_token))
+    def kv_capacity_tokens(self, utilisation: float = 0.9, pp: int | None = None) -> int:
+        """KV tokens one GPU holds; with `pp` pipeline stages (default: the model's) it holds
+        1/pp of the weights and of each token's KV."""
+        pp = self.pp if pp is None else pp
+        free = self.dev.mem_bytes * utilisation - self.weight_bytes / pp - self.activation_bytes
+        return max(0, int(free // (self.kv_bytes_per_token / pp)))
 
-    def fits(self) -> bool:
-        return self.kv_capacity_tokens() >= MIN_KV_TOKENS
+    def fits(self, pp: int | None = None) -> bool:
+        return self.kv_capacity_tokens(pp=pp) >= MIN_KV_TOKENS
 
     def max_batch(self, context: float) -> int:
         """Sequences of `context` tokens whose KV fits, capped at vLLM's max_num_seqs."""

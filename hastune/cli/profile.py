@@ -324,11 +324,13 @@ def build(
                "gpu": data["gpu"], "tp": data["tp"], "tp_degrees": [data["tp"],
                                                                    *data["variants"]],
                "precision": prec.model_dump(), "engine": eng.model_dump(),
-               "source": data["source"], "wall_s": wall}
+               "source": data["source"], "min_pp": data.get("min_pp", 1), "wall_s": wall}
     if as_json:
         print(dumps(summary))
         return
     Console(highlight=False).print(
         f"wrote [bold]{out}[/] ({data['name']}; {prec.label}; tp "
         f"{', '.join(map(str, summary['tp_degrees']))}; {wall:.1f} s)\n{data['source']}\n"
-        f"check it against held-out kernel rows: hastune profile check {out}")
+        + (f"larger than one node: its weights need {summary['min_pp']} pipeline stages "
+           f"(deployments with pp ≥ {summary['min_pp']})\n" if summary["min_pp"] > 1 else "")
+        + f"check it against held-out kernel rows: hastune profile check {out}")

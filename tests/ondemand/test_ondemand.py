@@ -79,8 +79,11 @@ def test_every_config_builds_or_says_why_it_cannot(model, gpu):
             assert "GB usable" in exc.problem and exc.fix
             assert per_gpu > 0.5 * usable, (model, gpu, prec, per_gpu / usable)
             continue
-        assert per_gpu < usable, (model, gpu, prec)
         prof = load_profile(got.path)
+        # a model larger than one node is profiled over the fewest pipeline stages that hold
+        # it: 1 exactly when TP 8 alone leaves room
+        assert (prof.min_pp > 1) == (per_gpu >= usable), (model, gpu, prec, prof.min_pp)
+        assert per_gpu / prof.min_pp < usable, (model, gpu, prec, prof.min_pp)
         assert prof == got.profile and prof.gpu == gpu and prof.model == arch.name
         assert prof.name == arch.name + f"@{gpu}" + ("" if prec == "bf16" else "+fp8-kvfp8")
         assert (prof.encode.per_token_s > 0) == (arch.encoder is not None)
@@ -92,13 +95,34 @@ def test_every_config_builds_or_says_why_it_cannot(model, gpu):
 
 
 def test_deepseek_v3_in_bf16_on_h100_is_refused_naming_why(tmp_path):
+    """1,342 GB of bf16 weights: one node of 8 H100 cannot hold them; the refusal names the
+    GPUs it needs (tp 8 × the pipeline stages that hold it)."""
     rec = load_recipe(write_recipe(tmp_path, MODELS / "deepseek-v3",
                                    precision={"weights": "bf16"}))
     with pytest.raises(InputError) as e:
         resolve_profile(rec)
-    assert e.value.file == str(tmp_path / "recipe.yaml") and e.value.field == "model"
-    assert "deepseek-v3 does not fit on h100-80gb" in e.value.problem
-    assert "1,342 GB" in e.value.problem and "fp8" in e.value.fix
+    assert e.value.file == str(tmp_path / "recipe.yaml") and e.value.field == "cluster.gpus"
+    assert "deepseek-v3" in e.value.problem and "does not fit on" in e.value.problem
+    assert "pipeline stages" in e.value.problem and "cluster.gpus" in e.value.fix
+
+
+def test_a_model_larger_than_a_node_runs_over_pipeline_stages(tmp_path):
+    """DeepSeek-V3 bf16 on 16 H200 (examples/deepseek-v3-16xh200-bf16.yaml): the profile
+    needs 2 stages; every configuration with fewer is removed by the memory rule, and the
+    simulator runs the tp 8 × pp 2 one."""
+    from hastune.config import parse_config
+    from hastune.evaluate import Evaluation
+    from hastune.prune import Bounds
+
+    rec = load_recipe(ROOT / "examples" / "deepseek-v3-16xh200-bf16.yaml")
+    ev = Evaluation(rec, requests=300)
+    assert ev.profile.min_pp == 2
+    two = parse_config({"architecture": "nodg", "tp": 8, "pp": 2, "replicas": 1})
+    one = parse_config({"architecture": "nodg", "tp": 8, "pp": 1, "replicas": 2})
+    b = Bounds(rec, ev.profile, ev.requests)
+    assert b.memory_ok(two) and not b.memory_ok(one)
+    run = ev.run(two, 1.0)
+    assert run.summary(rec.slo)["completed"] > 0
 
 
 # --- tune end to end ------------------------------------------------------------------------
@@ -405,5 +429,6 @@ def test_profile_build_writes_a_profile_that_profile_check_reads(tmp_path):
     assert json.loads(c.stdout)["profile"] == prof.name
     bad = _cli("profile", "build", "--model", str(MODELS / "deepseek-v3"), "--gpu",
                "h100-80gb", "--precision", "bf16", "--out", str(tmp_path / "d.yaml"))
-    assert bad.returncode == 2 and "--model" in bad.stderr and "does not fit" in bad.stderr
-    assert not (tmp_path / "d.yaml").exists()
+    # larger than a node: built over the pipeline stages that hold it, and said so
+    assert bad.returncode == 0 and "pipeline stages" in bad.stdout, bad.stderr
+    assert yaml.safe_load((tmp_path / "d.yaml").read_text())["min_pp"] == 4
