@@ -34,6 +34,7 @@ from pydantic import (
 )
 
 from hastune.errors import from_pydantic
+from hastune.schema import drop_new_defaults
 from hastune.yamlio import read_yaml_mapping
 
 Curve = list[tuple[float, float]]
@@ -47,13 +48,7 @@ class _Strict(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_new_defaults(self, handler: Any) -> Any:
-        data = handler(self)
-        for name in self._since:
-            if isinstance(data, dict) and name in data and \
-                    getattr(self, name) == type(self).model_fields[name].get_default(
-                        call_default_factory=True):
-                del data[name]
-        return data
+        return drop_new_defaults(self, handler(self), self._since)
 
 
 def _check_curve(points: Curve, what: str) -> Curve:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer
 
 from hastune.errors import InputError
+from hastune.schema import drop_new_defaults
 
 if TYPE_CHECKING:  # the layers above; imported where used
     from hastune.cluster import Cluster
@@ -48,12 +49,7 @@ class ConfigBase(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_new_defaults(self, handler: Any) -> Any:
-        data = handler(self)
-        for name in self.since:
-            if isinstance(data, dict) and name in data and \
-                    getattr(self, name) == type(self).model_fields[name].default:
-                del data[name]
-        return data
+        return drop_new_defaults(self, handler(self), self.since)
 
     @property
     def gpus(self) -> int:
