@@ -197,8 +197,10 @@ class LatencyModel:
         for layers, (s, ew, kernels) in self._groups(self._plans[phase], tokens, seqs).items():
             t = t + layers * (s + d.elementwise(tokens * BYTES * ew, kernels=kernels))
         vocab = a.vocab // tp
+        # the LM head stays bf16 under fp8 weights (vLLM quantizes the linear layers only;
+        # spec.py counts its bytes as bf16): the source's bf16 rows, gemm() for a bf16 one
         head = (d.elementwise(tokens * BYTES * 2 * a.hidden, kernels=2)   # embed, final norm
-                + d.gemm(seqs, vocab, a.hidden)
+                + d.unquantized_gemm(seqs, vocab, a.hidden)
                 + d.allreduce(tp, seqs * vocab)                           # logits gather
                 + d.elementwise(seqs * vocab * 4.0 * 3, kernels=3))       # sampler
         return t + head

@@ -57,6 +57,23 @@ def test_router_stays_bf16_under_fp8(name):
     assert "moe" in f8.composition()
 
 
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "mixtral-8x7b"])
+def test_lm_head_stays_bf16_under_fp8(name, monkeypatch):
+    """The fp8 model's step with its LM head timed from the bf16 rows: any fp8 GEMM of the
+    head's shape (n = vocab / tp, k = hidden) would be a quantized LM head."""
+    f8 = lm(name, "h100-80gb", "fp8", 2, 1)
+    a = f8.arch.llm
+    real = type(f8.dev).gemm
+
+    def gemm(self, m, n, k):
+        n_, k_ = np.broadcast_arrays(np.asarray(n, float), np.asarray(k, float))
+        assert not np.any((n_ == a.vocab // 2) & (k_ == a.hidden)), "LM head timed as fp8"
+        return real(self, m, n, k)
+
+    monkeypatch.setattr(type(f8.dev), "gemm", gemm)
+    assert float(f8.decode_step(64, 2048)) > 0 and float(f8.prefill(1, 4096)) > 0
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["a|fp8", "b|fp8", "c|fp8_block",
                                                                "d|bfloat16"]),
