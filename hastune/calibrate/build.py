@@ -48,10 +48,15 @@ def tp_degrees(model: str | ModelArch, dev: Device, pp: int = 1) -> list[int]:
             and LatencyModel(arch, dev, tp).fits(pp)]
 
 
-def min_pp(arch: ModelArch, dev: Device) -> int | None:
+def fitting(arch: ModelArch, dev: Device) -> tuple[int, list[int]] | None:
     """The fewest pipeline stages at which some TP degree of one node fits (1 for every
-    model that fits one node; more for one that needs several nodes); None: none does."""
-    return next((pp for pp in PP_DEGREES if tp_degrees(arch, dev, pp)), None)
+    model that fits one node; more for one that needs several nodes) and those TP degrees;
+    None: none does."""
+    for pp in PP_DEGREES:
+        degrees = tp_degrees(arch, dev, pp)
+        if degrees:
+            return pp, degrees
+    return None
 
 
 def ep_degrees(arch: ModelArch, dev: Device, tp: int, pp: int = 1) -> list[int]:
@@ -157,11 +162,11 @@ def profile_dict(model: str | ModelArch, gpu: str | GPUSpec, root: Path | Kernel
     # a model too large for one node is profiled at the TP degrees that fit once its layers
     # are split over the fewest pipeline stages that hold it (a config then needs pp ≥ that:
     # the memory rule removes the others)
-    pp = min_pp(arch, dev)
-    if pp is None:
+    fits = fitting(arch, dev)
+    if fits is None:
         raise ValueError(f"{model} does not fit on {gpu} at any TP degree in {TP_DEGREES} "
                          f"with up to {PP_DEGREES[-1]} pipeline stages")
-    degrees = tp_degrees(arch, dev, pp)
+    pp, degrees = fits
     base = degrees[0]
     errors: dict[str, dict] = {}
     lm = LatencyModel(arch, dev, base, pp=pp)

@@ -7,10 +7,10 @@ thing there.
 
 from __future__ import annotations
 
-import json
 import sys
 
 from hastune.errors import InputError
+from hastune.jsonio import dumps
 
 
 def json_mode(argv: list[str] | None = None) -> bool:
@@ -30,9 +30,8 @@ def emit_error(code: int, problem: str, *, file: str | None = None, field: str |
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"[bold red]error:[/] {escape(line or message)}", markup=True)  # keeps '[ray]' etc.
     if json_mode():
-        print(json.dumps({"error": problem, "file": file, "field": field, "fix": fix,
-                          "message": message, "exit_code": code}, ensure_ascii=False),
-              flush=True)
+        print(dumps({"error": problem, "file": file, "field": field, "fix": fix,
+                     "message": message, "exit_code": code}), flush=True)
 
 
 def emit_input_error(exc: InputError) -> None:

@@ -58,11 +58,9 @@ class InstanceTiming:
         self.encode = prof.encode
         fixed = self.d_fixed if self.d_fixed > self.p_fixed else self.p_fixed
         self.mixed_fixed = fixed + pp * self.hop_lat  # mixed(): the first sum of a mixed step
-        free = mem.gpu_bytes * mem.utilisation - mem.weight_bytes / pp - mem.activation_bytes
-        kv_gpu = mem.kv_bytes_per_token / pp
-        self.kv_cap_text = int(free // kv_gpu) if free > 0 else 0
-        free -= mem.encoder_weight_bytes  # an inline encoder's weights sit beside the LLM's
-        self.kv_cap_mm = int(free // kv_gpu) if free > 0 else 0
+        self.kv_cap_text = mem.kv_capacity_tokens(pp=pp)
+        # an inline encoder's weights sit beside the LLM's
+        self.kv_cap_mm = mem.kv_capacity_tokens(with_encoder=True, pp=pp)
         self.kv_cap = self.kv_cap_mm if with_encoder else self.kv_cap_text
         # the whole KV of one token across the instance (what FuDG moves)
         self.kv_bytes_per_token = mem.kv_bytes_per_token * tp
