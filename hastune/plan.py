@@ -1,0 +1,275 @@
+"""`hastune plan`: the fewest GPUs whose best configuration sustains a rate within the SLOs.
+
+A GPU count g ≤ cluster.gpus is searched as the recipe copied with `cluster.gpus = g`: its
+search space, pruning, tuner and study are exactly those of `hastune tune` on that copy (one
+study per count, `<study>-g<g>`, all in one storage, so running the same command again
+resumes every count and re-evaluates nothing).
+
+Before any simulation each count gets a ceiling from pruning's analytic rules: the largest
+capacity bound of its surviving configurations × the derived margin, which no goodput exceeds
+(hastune.prune.derived_margin; tests/test_prune_soundness.py). A count with no surviving
+configuration, or whose ceiling is below the rate, is ruled out unsimulated. The rest are
+tuned in increasing order until one sustains the rate (`up`: the fewest that the tuner finds,
+whatever the shape of goodput in g), or by bisection (`bisect`: fewer tunes, assumes goodput
+grows with the GPU count). The answer is only as good as the tuner's search at each count:
+with `trials` at least the number of survivors the search is exhaustive.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hastune.errors import EXIT_NO_CONFIG, InputError
+from hastune.recipe import Recipe
+
+SEARCHES = ("up", "bisect")
+# a step's status: how its count was settled
+INFEASIBLE = "infeasible"   # no configuration survives the analytic rules at this count
+BOUND = "bound"             # the ceiling is below the rate: cannot sustain it
+TUNED = "tuned"
+SKIPPED = "not searched"    # above the answer (up) or outside the bisection's path
+
+
+@dataclass
+class Step:
+    gpus: int
+    status: str
+    ceiling_rps: float | None = None      # None: infeasible; inf: no bound (real evaluator)
+    goodput_rps: float | None = None      # the tuned best (TUNED only)
+    config: dict | None = None
+    evaluations: int = 0
+    study: str | None = None
+    wall_s: float = 0.0
+    reason: str | None = None
+
+    def sustains(self, rate: float) -> bool:
+        return self.goodput_rps is not None and self.goodput_rps >= rate
+
+    def as_dict(self, rate: float) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("gpus", "status", "ceiling_rps", "goodput_rps",
+                                             "config", "evaluations", "study", "wall_s",
+                                             "reason")}
+        if d["ceiling_rps"] is not None and math.isinf(d["ceiling_rps"]):
+            d["ceiling_rps"] = None
+        d["goodput_per_gpu"] = (self.goodput_rps / self.gpus
+                                if self.goodput_rps is not None else None)
+        d["sustains"] = self.sustains(rate)
+        return d
+
+
+@dataclass
+class PlanResult:
+    recipe: str
+    rate: float
+    search: str
+    max_gpus: int
+    steps: list[Step]
+    wall_s: float = 0.0
+    storage: str = ""
+
+    @property
+    def answer(self) -> Step | None:
+        ok = [s for s in self.steps if s.sustains(self.rate)]
+        return min(ok, key=lambda s: s.gpus) if ok else None
+
+    @property
+    def tuned(self) -> list[Step]:
+        return [s for s in self.steps if s.status == TUNED]
+
+    @property
+    def best(self) -> Step | None:
+        """The tuned count with the most goodput (fewest GPUs among equals)."""
+        return max(self.tuned, key=lambda s: (s.goodput_rps or 0.0, -s.gpus), default=None)
+
+    def pareto(self) -> list[int]:
+        """Tuned counts whose goodput beats that of every tuned count with fewer GPUs."""
+        out, top = [], -1.0
+        for s in sorted(self.tuned, key=lambda s: s.gpus):
+            if (s.goodput_rps or 0.0) > top:
+                out.append(s.gpus)
+                top = s.goodput_rps or 0.0
+        return out
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.answer is not None else EXIT_NO_CONFIG
+
+    def as_dict(self) -> dict[str, Any]:
+        a, b = self.answer, self.best
+        out: dict[str, Any] = {
+            "recipe": self.recipe, "rate_rps": self.rate, "search": self.search,
+            "max_gpus": self.max_gpus,
+            "gpus": a.gpus if a else None, "config": a.config if a else None,
+            "goodput_rps": a.goodput_rps if a else None,
+            "searched": [s.gpus for s in self.tuned],
+            "ruled_out": {str(s.gpus): s.status for s in self.steps
+                          if s.status in (INFEASIBLE, BOUND)},
+            "pareto": self.pareto(),
+            "best_gpus": b.gpus if b else None,
+            "best_goodput_rps": b.goodput_rps if b else 0.0,
+            "steps": [s.as_dict(self.rate) for s in self.steps],
+            "storage": self.storage, "wall_s": self.wall_s, "exit_code": self.exit_code,
+        }
+        if a is None:
+            out["no_config_reason"] = self.why_not()
+        return out
+
+    def why_not(self) -> str:
+        b = self.best
+        if b is not None:
+            return (f"no GPU count up to {self.max_gpus} sustains {self.rate:g} req/s: the "
+                    f"most goodput reached is {b.goodput_rps:.3f} req/s on {b.gpus} GPUs")
+        tops = [s.ceiling_rps for s in self.steps if s.ceiling_rps is not None]
+        if not tops:
+            return (f"no configuration of the search space survives pruning at any count up "
+                    f"to {self.max_gpus} GPUs (memory, zero-load latency)")
+        return (f"no GPU count up to {self.max_gpus} can sustain {self.rate:g} req/s: the "
+                f"largest capacity bound × margin is {max(tops):.3f} req/s")
+
+
+def budget_recipe(rec: Recipe, gpus: int) -> Recipe:
+    """The recipe with `gpus` GPUs (the same path, so its relative files resolve)."""
+    return rec.model_copy(update={"cluster": rec.cluster.model_copy(update={"gpus": gpus})})
+
+
+def ceilings(rec: Recipe, bounded: bool = True) -> dict[int, float | None]:
+    """Per GPU count 1..cluster.gpus: None if no configuration survives pruning's analytic
+    rules there, else the most goodput any could reach (inf when not `bounded`)."""
+    from hastune.evaluate import Evaluation
+    from hastune.prune import derived_margin, prune
+    from hastune.space import space_for
+
+    ev = Evaluation(rec)
+    margin = derived_margin(rec)
+    spaces = [space_for(a, rec.path, rec.search_space, ev.profile) for a in rec.architectures]
+    out: dict[int, float | None] = {}
+    for g in range(1, rec.cluster.gpus + 1):
+        rg = budget_recipe(rec, g)
+        kept = [c for sp in spaces for c in prune(rg, ev.profile, ev.requests, sp).kept]
+        out[g] = None if not kept else (
+            max(c.bound for c in kept) * margin if bounded else math.inf)
+    return out
+
+
+@dataclass
+class Planner:
+    """Plans `recipe` for `rate` req/s; `tune` is the tuner's options (trials per count,
+    sampler, evaluator, storage, out, …; its `study` is the base of each count's name)."""
+    recipe: Recipe
+    rate: float
+    tune: Any  # hastune.tune.runner.TuneOptions
+    search: str = "up"
+    steps: dict[int, Step] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rate, bool) or not (math.isfinite(self.rate) and self.rate > 0):
+            raise InputError(None, "--rate", f"must be a finite rate > 0 req/s (got "
+                             f"{self.rate})", "give the load to sustain, e.g. --rate 120")
+        if self.search not in SEARCHES:
+            raise InputError(None, "--search", f"unknown search {self.search!r}",
+                             f"use one of {', '.join(SEARCHES)}")
+        if self.tune.workers != 1:
+            raise InputError(None, "--workers", "plan tunes each GPU count in this process",
+                             "leave --workers out (each count's study is resumable)")
+        base = self.tune.study or f"{self.recipe.name}-{'+'.join(self.recipe.architectures)}"
+        self.base_study = base
+
+    def study_name(self, gpus: int) -> str:
+        return f"{self.base_study}-g{gpus}"
+
+    def tune_at(self, gpus: int, on_trial: Callable | None = None) -> Step:
+        """Tune the recipe at `gpus` GPUs in its own study (resumed if it exists)."""
+        from hastune.tune.outputs import best_trial
+        from hastune.tune.runner import Tuner, evaluated_trials
+
+        t0 = time.perf_counter()
+        tuner = Tuner(budget_recipe(self.recipe, gpus),
+                      replace(self.tune, study=self.study_name(gpus)))
+        st = tuner.open_study(0)
+        tuner.prepare(st, on_trial=on_trial)
+        tuner.work(st, 0, on_trial=on_trial)
+        bt = best_trial(st)
+        step = self.steps[gpus]
+        step.status = TUNED
+        step.study = tuner.study_name
+        step.evaluations = len(evaluated_trials(st))
+        step.goodput_rps = float(bt.value or 0.0) if bt else 0.0
+        step.config = bt.user_attrs["config"] if bt and (bt.value or 0.0) > 0 else None
+        step.wall_s = time.perf_counter() - t0
+        return step
+
+    def run(self, on_step: Callable[[Step], None] | None = None,
+            on_trial: Callable | None = None) -> PlanResult:
+        t0 = time.perf_counter()
+        bounded = self.tune.evaluator == "sim"  # the bounds are the simulator's
+        tops = ceilings(self.recipe, bounded)
+        cands = []
+        for g, top in tops.items():
+            if top is None:
+                self.steps[g] = Step(g, INFEASIBLE, reason="no configuration survives "
+                                     "pruning (memory, zero-load latency, structure)")
+            elif top < self.rate:
+                self.steps[g] = Step(g, BOUND, ceiling_rps=top, reason=f"capacity bound × "
+                                     f"margin {top:.3f} < {self.rate:g} req/s")
+            else:
+                self.steps[g] = Step(g, SKIPPED, ceiling_rps=top)
+                cands.append(g)
+
+        def tune(g: int) -> bool:
+            if on_step:
+                on_step(self.steps[g])  # about to tune
+            ok = self.tune_at(g, on_trial).sustains(self.rate)
+            if on_step:
+                on_step(self.steps[g])
+            return ok
+
+        if self.search == "up":
+            for g in cands:
+                if tune(g):
+                    break
+        elif cands and tune(cands[-1]):  # bisect: the largest first; none sustains if not
+            lo, hi = 0, len(cands) - 1   # cands[hi] sustains; below lo none is known to
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if tune(cands[mid]):
+                    hi = mid
+                else:
+                    lo = mid + 1
+        return PlanResult(self.recipe.name, self.rate, self.search, self.recipe.cluster.gpus,
+                          [self.steps[g] for g in sorted(self.steps)],
+                          time.perf_counter() - t0, self.tune.storage or
+                          f"{self.tune.out}/study.db")
+
+
+def write_plot(res: PlanResult, path) -> None:
+    """GPUs → goodput: each tuned count's best, the ceilings, the rate and the answer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    tuned = sorted(res.tuned, key=lambda s: s.gpus)
+    bounded = [s for s in res.steps if s.ceiling_rps is not None
+               and math.isfinite(s.ceiling_rps)]
+    if bounded:
+        ax.plot([s.gpus for s in bounded], [s.ceiling_rps for s in bounded], ls="", marker="_",
+                ms=14, color="grey", label="capacity bound × margin")
+    ax.plot([s.gpus for s in tuned], [s.goodput_rps for s in tuned], marker="o",
+            label="best goodput (tuned)")
+    ax.axhline(res.rate, color="red", lw=1, ls="--", label=f"rate {res.rate:g} req/s")
+    if (a := res.answer) is not None:
+        ax.plot([a.gpus], [a.goodput_rps], marker="*", ms=16, color="green", ls="",
+                label=f"fewest: {a.gpus} GPUs")
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("P90 goodput (req/s)")
+    ax.set_xticks(range(1, res.max_gpus + 1))
+    ax.set_title(f"{res.recipe}: GPUs for {res.rate:g} req/s ({res.search})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)

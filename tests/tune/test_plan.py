@@ -1,0 +1,166 @@
+"""`hastune plan`: the fewest GPUs that sustain a rate agree with exhaustive search (`grid`) of
+each smaller budget, whatever the rate; counts are ruled out only when no goodput could reach
+it; a re-run resumes the studies; bad input exits 2, an unreachable rate 3."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hastune.errors import EXIT_NO_CONFIG, InputError
+from hastune.plan import BOUND, INFEASIBLE, TUNED, Planner, budget_recipe, ceilings
+from hastune.recipe import load_recipe
+from hastune.tune.grid import run_grid
+from hastune.tune.runner import TuneOptions
+from tests.tune.conftest import ROOT, hastune
+
+MAX_GPUS = 4
+# a space small enough for exhaustive search at every count: 1 + 2 + 3 configurations
+SPACE = {"architecture": "epd", "budget": "exact",
+         "params": {"n_E": {"low": 1}, "n_P": [0], "n_D": {"low": 1}, "B": [1], "s": [0.0]}}
+
+
+def _recipe(dirpath: Path, gpus: int) -> Path:
+    data = yaml.safe_load((ROOT / "examples" / "audio-ultravox-8xa100.yaml").read_text())
+    data["cluster"]["gpus"] = gpus
+    data["workload"]["requests"] = 300
+    data["evaluator"] = {"min_span": 2.0}
+    data["search_space"] = "space.yaml"
+    (dirpath / "space.yaml").write_text(yaml.safe_dump(SPACE))
+    p = dirpath / f"plan-{gpus}.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """The 4-GPU recipe, the grid-best goodput of its copy at each count, and one --out that
+    every plan below shares (so each count is simulated once, then resumed)."""
+    d = tmp_path_factory.mktemp("plan")
+    grid = {}
+    for g in range(1, MAX_GPUS + 1):
+        res = run_grid(_recipe(d, g))
+        grid[g] = res["best"]["goodput_rps"] if res["best"] else None
+    return {"recipe": _recipe(d, MAX_GPUS), "grid": grid, "out": d / "out"}
+
+
+def _plan(world, rate: float, search: str = "up"):
+    opts = TuneOptions(trials=10, out=str(world["out"]))
+    return Planner(load_recipe(world["recipe"]), rate, opts, search=search).run()
+
+
+def _expected(grid: dict, rate: float) -> int | None:
+    ok = [g for g, v in grid.items() if v is not None and v >= rate]
+    return min(ok) if ok else None
+
+
+def test_the_small_recipe_is_a_real_question(world):
+    """Counts 2..4 have distinct goodputs that grow with the GPUs (else the agreement below
+    would hold trivially, and bisection would have no right to agree)."""
+    g = world["grid"]
+    assert g[1] is None  # epd needs an encode and a decode GPU
+    assert 0 < g[2] < g[3] < g[4]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frac=st.one_of(st.floats(0.05, 1.5), st.sampled_from([1.0])),
+       at=st.sampled_from([2, 3, 4]), search=st.sampled_from(["up", "bisect"]))
+def test_plan_agrees_with_grid_over_smaller_budgets(world, frac, at, search):
+    grid = world["grid"]
+    rate = grid[at] * frac  # frac 1.0: exactly a grid-best goodput, which sustains it
+    res = _plan(world, rate, search)
+    want = _expected(grid, rate)
+    got = res.answer
+    assert (got.gpus if got else None) == want
+    assert res.exit_code == (0 if want else EXIT_NO_CONFIG)
+    for s in res.steps:
+        if s.status == TUNED:  # the tuner's best at a count is the grid's (exhaustive here)
+            assert s.goodput_rps == pytest.approx(grid[s.gpus], rel=1e-12)
+            assert s.goodput_rps <= s.ceiling_rps
+            assert s.evaluations <= s.gpus - 1  # each configuration once at most
+        if s.status == BOUND:  # ruled out unsimulated: truly below the rate
+            assert grid[s.gpus] < rate and s.ceiling_rps < rate
+        if s.status == INFEASIBLE:
+            assert grid[s.gpus] is None
+    if got is not None:
+        assert got.config is not None and sum(got.config[k] for k in ("n_E", "n_P", "n_D")) \
+            == got.gpus
+        below = [s for s in res.steps if s.gpus < got.gpus]
+        assert all(not s.sustains(rate) for s in below)
+    else:  # the most goodput reached is reported: that of the largest count, if tuned
+        d = res.as_dict()
+        assert "sustain" in d["no_config_reason"]
+        if res.tuned:
+            assert d["best_goodput_rps"] == pytest.approx(grid[MAX_GPUS], rel=1e-12)
+
+
+def test_up_stops_at_the_answer_and_bisect_tunes_fewer(world):
+    grid = world["grid"]
+    rate = (grid[2] + grid[3]) / 2  # 3 GPUs
+    up = _plan(world, rate, "up")
+    bi = _plan(world, rate, "bisect")
+    assert up.answer.gpus == bi.answer.gpus == 3
+    assert [s.gpus for s in up.tuned] == [g for g in (2, 3) if
+                                          up.steps[g - 1].ceiling_rps >= rate]
+    assert up.steps[MAX_GPUS - 1].status == "not searched"
+    assert MAX_GPUS in [s.gpus for s in bi.tuned]  # bisection tunes the top first
+
+
+def test_ceilings_bound_every_budgets_grid_best(world):
+    tops = ceilings(load_recipe(world["recipe"]))
+    for g, v in world["grid"].items():
+        assert (tops[g] is None) == (v is None)
+        if v is not None:
+            assert v <= tops[g]
+
+
+def test_budget_recipe_changes_only_the_gpus(world):
+    rec = load_recipe(world["recipe"])
+    two = budget_recipe(rec, 2)
+    assert two.cluster.gpus == 2 and rec.cluster.gpus == MAX_GPUS
+    assert two.model_dump(exclude={"cluster"}) == rec.model_dump(exclude={"cluster"})
+    assert two.path == rec.path
+
+
+@given(rate=st.one_of(st.floats(max_value=0.0), st.just(math.nan), st.just(math.inf)))
+def test_a_rate_that_is_not_a_load_is_refused(rate):
+    rec = load_recipe(ROOT / "examples" / "audio-ultravox-8xa100.yaml")
+    with pytest.raises(InputError, match="--rate"):
+        Planner(rec, rate, TuneOptions(out="/nonexistent-never-used"))
+
+
+def test_cli_writes_the_plan_and_exits_3_when_nothing_sustains(world, tmp_path):
+    grid = world["grid"]
+    out = tmp_path / "out"
+    r = hastune("plan", str(world["recipe"]), "--rate", str(grid[MAX_GPUS] * 1.01), "--out",
+                str(out), "--trials", "10", "--json")
+    assert r.returncode == EXIT_NO_CONFIG, r.stderr
+    d = json.loads(r.stdout)
+    assert d["gpus"] is None and d["exit_code"] == EXIT_NO_CONFIG
+    assert d["best_gpus"] == MAX_GPUS
+    assert d["best_goodput_rps"] == pytest.approx(grid[MAX_GPUS], abs=1e-6)  # JSON: 6 places
+    assert json.loads((out / "plan.json").read_text())["steps"] == d["steps"]
+    assert (out / "plan.png").stat().st_size > 0 and not (out / "best_config.yaml").exists()
+    # the same load again: every count's study is resumed, nothing is evaluated twice
+    r2 = hastune("plan", str(world["recipe"]), "--rate", str(grid[3] * 0.99), "--out",
+                 str(out), "--trials", "10")
+    assert r2.returncode == 0, r2.stderr
+    assert "fewest GPUs: 3" in r2.stderr and "searched (tuned) GPU counts" in r2.stderr
+    rows = (out / "plan.csv").read_text().splitlines()
+    assert rows[0].startswith("gpus,status") and len(rows) == MAX_GPUS + 1
+    cfg = yaml.safe_load((out / "best_config.yaml").read_text())
+    assert cfg["n_E"] + cfg["n_P"] + cfg["n_D"] == 3
+
+
+def test_cli_refuses_bad_input_with_exit_2(tmp_path):
+    rec = ROOT / "examples" / "audio-ultravox-8xa100.yaml"
+    for args in (["--rate", "0"], ["--rate", "10", "--search", "sideways"]):
+        r = hastune("plan", str(rec), *args, "--out", str(tmp_path / "o"), "--json")
+        assert r.returncode == 2, r.stderr
+        assert json.loads(r.stdout)["field"] in ("--rate", "--search")
