@@ -35,9 +35,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 def _register() -> None:
     from hastune.cli import (  # noqa: F401  (commands register)
-        calibrate,
         evaluate,
-        fidelity,
         model,
         plan,
         profile,
