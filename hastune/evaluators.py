@@ -61,6 +61,7 @@ class EvaluatorOptions:
     seed: int | None = None         # override the recipe's seed
     backend: str = "local"          # real: where the engine's workers run
     ray_address: str | None = None  # real: the Ray cluster to join
+    oversubscribe: bool = False     # real: run a deployment needing more devices than here
 
 
 def resolve_profile(recipe: Recipe, quiet: bool = False) -> tuple[Profile, ProfileSource]:
@@ -115,7 +116,8 @@ def _sim(recipe: Recipe, o: EvaluatorOptions) -> Evaluator:
 def _real(recipe: Recipe, o: EvaluatorOptions) -> Evaluator:
     from hastune.real import RealEvaluation, RealOptions
 
-    return RealEvaluation(recipe, RealOptions(backend=o.backend, ray_address=o.ray_address),
+    return RealEvaluation(recipe, RealOptions(backend=o.backend, ray_address=o.ray_address,
+                                              oversubscribe=o.oversubscribe),
                           requests=o.requests, seed=o.seed)
 
 

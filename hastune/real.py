@@ -37,6 +37,11 @@ class RealOptions:
     kv_tokens: int = 1 << 16
     backend: str = "local"          # local processes or ray actors (runners/engine/backend.py)
     ray_address: str | None = None  # the Ray cluster to join (default: start a local one)
+    threads: int = 1                # torch threads per worker (CPU: each on a core of its own)
+    # a deployment needing more cores / GPUs than this process has is refused (check); True
+    # runs it, workers sharing devices, and the record says it is not comparable with the sim
+    oversubscribe: bool = False
+    record_steps: bool = True       # each worker's step timings into the record (describe)
 
 
 def _vocab(model: str) -> int:
@@ -65,6 +70,9 @@ class RealEvaluation:
                                                 base=recipe.base_dir)
         self.vocab = _vocab(recipe.model)
         self._engines: dict[str, object] = {}
+        self.fit: dict | None = None          # the last engine's devices (fit.Fit.as_dict)
+        # every probe's step timings: {"config", "rate", "workers": {name: columns}}
+        self.steps: list[dict] = []
 
     def _engine(self, config: Config, config_path: object = None):
         from runners.engine import Engine, EngineOptions
@@ -83,6 +91,9 @@ class RealEvaluation:
             try:
                 eng = Engine(config, EngineOptions(model=self.recipe.model,
                                                    device=self.opts.device,
+                                                   threads=self.opts.threads,
+                                                   oversubscribe=self.opts.oversubscribe,
+                                                   record_steps=self.opts.record_steps,
                                                    kv_tokens=self.opts.kv_tokens,
                                                    backend=self.opts.backend,
                                                    ray_address=self.opts.ray_address,
@@ -94,6 +105,7 @@ class RealEvaluation:
                                  "engine knows (ref-tiny, ref-small, ref-base or "
                                  "package.module:factory)") from None
             self._engines[key] = eng
+            self.fit = eng.fit.as_dict()  # type: ignore[attr-defined]
         return eng
 
     def close(self) -> None:
@@ -117,6 +129,9 @@ class RealEvaluation:
         eng = self._engine(config, config_path)
         jobs, offsets = jobs_from(self.requests_at(rate), rate, self.vocab, self.seed)
         rec = eng.run(jobs, offsets, rate)  # type: ignore[attr-defined]
+        if rec.steps:
+            self.steps.append({"config": config.model_dump(mode="json"), "rate": rate,
+                               "workers": rec.steps})
         run = to_result(rec, self.opts.warmup)
         run.verdict = self.judge(run)
         return run
@@ -131,18 +146,35 @@ class RealEvaluation:
 
     def check(self, config: Config, config_path: object = None) -> None:
         """What the engine cannot run (its architecture module says: tp/pp > 1, mitosis, an
-        architecture without an engine mode) and what the recipe's budget does not hold."""
+        architecture without an engine mode), what the recipe's budget does not hold, and
+        what this machine does not hold (runners/engine/fit.py: cores or GPUs; unless
+        `oversubscribe`)."""
         if config.gpus > self.recipe.cluster.gpus:
             raise InputError(config_path, None, f"the config uses {config.gpus} GPUs but the "
                              f"recipe's budget is {self.recipe.cluster.gpus}",
                              "lower the pools or raise cluster.gpus")
         archs.of(config).engine_check(config, config_path)
+        from runners.engine.fit import check_fit
+
+        o = self.opts
+        check_fit(config, o.device, o.threads, o.backend, o.oversubscribe, config_path)
 
     def runnable(self, config: Config) -> bool:
         return accepts(self.check, config)
 
     def describe(self) -> dict:
-        return {"requests_per_probe": self.opts.requests, "backend": self.opts.backend}
+        """How it measured: requests per probe, the backend, the devices (`fit`: what the
+        deployment needs and has; `oversubscribed` and a note when it ran on fewer) and
+        every probe's step timings (`engine_steps`, runners/engine/steplog.py), the input of
+        `hastune calibrate`."""
+        out: dict = {"requests_per_probe": self.opts.requests, "backend": self.opts.backend}
+        if self.fit is not None:
+            out["fit"] = self.fit
+            if self.fit.get("oversubscribed"):
+                out["comparable_with_sim"] = False
+        if self.steps:
+            out["engine_steps"] = self.steps
+        return out
 
     def goodput(self, config: Config, config_path: object = None,
                 on_probe: Callable[[Probe], None] | None = None,

@@ -130,7 +130,10 @@ def test_engine_rule_removes_what_the_engine_cannot_run_before_any_probe():
     root = Path(__file__).resolve().parent.parent
     rec = quick(load_recipe(root / "examples" / "ecoserve" / "a800-codellama-closed.yaml"))
     ev = Evaluation(rec, requests=200)
-    engine = make_evaluator("real", rec)  # asked what it can run; nothing is started
+    from hastune.evaluators import EvaluatorOptions
+
+    # asked what it can run (tp/pp, not this machine's cores: oversubscribe); nothing starts
+    engine = make_evaluator("real", rec, EvaluatorOptions(oversubscribe=True))
     probed = []
 
     def goodput(cfg):

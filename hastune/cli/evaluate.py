@@ -30,6 +30,11 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     backend: str = BACKEND_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
+    oversubscribe: bool = typer.Option(False, "--oversubscribe", help="with --evaluator real: "
+                                       "run a deployment that needs more cores (workers × "
+                                       "threads) or GPUs than this machine has, workers "
+                                       "sharing them; the result is then not comparable with "
+                                       "the simulator's (default: refused, exit 2)"),
 ) -> None:
     """Find the P90 goodput of a deployment: the highest rate that still meets the SLOs.
 
@@ -40,7 +45,8 @@ def evaluate(
     rec, cfg = load_recipe(recipe), load_config(config)
     ev = make_evaluator(evaluator, rec, EvaluatorOptions(requests=requests, seed=seed,
                                                          backend=backend,
-                                                         ray_address=ray_address))
+                                                         ray_address=ray_address,
+                                                         oversubscribe=oversubscribe))
     ev.check(cfg, config)
     con = Console(highlight=False, stderr=as_json)
     pct = rec.slo.percentile
@@ -91,6 +97,9 @@ def evaluate(
     tab.add_row("probes", f"{len(res.probes)} in {wall:.2f} s" + (
         f", each at least {span:.4g} s of arrivals (min_span × request lifetime)"
         if span is not None else ""))
+    fit = out.get("fit") or {}
+    if fit.get("oversubscribed"):
+        tab.add_row("devices", f"[yellow]{fit['arithmetic']}: {fit['note']}[/]")
     if not res.bracketed:
         tab.add_row("note", "[yellow]the search hit its rate limit; the bound is not exact[/]")
     con.print(tab)

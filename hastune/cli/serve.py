@@ -39,6 +39,11 @@ def serve(
                                 "off"),
     backend: str = BACKEND_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
+    oversubscribe: bool = typer.Option(False, "--oversubscribe", help="run a deployment that "
+                                       "needs more cores (workers × threads) or GPUs than "
+                                       "this machine has, workers sharing them (its timings "
+                                       "are then not comparable with the simulator's; "
+                                       "default: refused, exit 2)"),
 ) -> None:
     """Start the engine's workers for CONFIG. With --recipe, run one load of --requests at
     --rate and report every request as completed, rejected at arrival (admission control
@@ -67,6 +72,9 @@ def serve(
     rec = load_recipe(recipe) if recipe else None
     name = model or (rec.model if rec else "ref-small")
     preflight(name, device, model_from="--model" if model else "model", path=recipe)
+    from runners.engine.fit import check_fit
+
+    check_fit(cfg, device, 1, backend, oversubscribe, config)  # before any worker starts
     con = Console(stderr=True, highlight=False)
     stdout = _quiet_stdout() if as_json else None  # JSON alone on stdout
     t0 = time.perf_counter()
@@ -74,6 +82,7 @@ def serve(
         slo = {"ttft_slo_s": rec.slo.ttft_s, "tpot_slo_s": rec.slo.tpot_s} if rec else {}
         eng = Engine(cfg, EngineOptions(model=name, device=device, backend=backend,
                                         ray_address=ray_address, admit_margin=admit or None,
+                                        oversubscribe=oversubscribe,
                                         **slo),
                      rate_hint=rate).start()
     except (RuntimeError, ValueError) as exc:
@@ -149,6 +158,10 @@ def _report(run, res, slo, name: str, seed: int) -> dict:
                 "model": name, "seed": seed, "wall_s": run.wall_s, **run.overhead})
     if run.sm_split:  # encoder / local prefill split per encode worker
         out["sm_split"] = run.sm_split
+    if run.fit:  # the devices it needs and has; oversubscribed: not comparable with the sim
+        out["fit"] = run.fit
+    if run.steps:  # each worker's step timings (runners/engine/steplog.py)
+        out["engine_steps"] = [{"rate": run.rate, "workers": run.steps}]
     return out
 
 

@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import numpy as np
 from hastune import archs
 from runners.engine import backend
 from runners.engine.admission import EV_REJECTED, AdmissionGate
+from runners.engine.fit import NOT_COMPARABLE, Fit, check_fit
 from runners.engine.messages import (
     EV_DONE,
     EV_ENCODED,
@@ -32,10 +34,12 @@ from runners.engine.messages import (
     EV_READY,
     EV_SPLIT,
     EV_STEP,
+    EV_STEPS,
     STOP,
     Job,
 )
 from runners.engine.modes import launch
+from runners.engine.steplog import flush_steps, run_steps
 from runners.engine.workers import Shared, decode_main, encode_main, prefill_main
 
 log = logging.getLogger(__name__)
@@ -64,6 +68,12 @@ class EngineOptions:
     admit_margin: float | None = 2.0
     backend: str = "local"         # local processes, or ray actors (runners/engine/backend.py)
     ray_address: str | None = None  # the Ray cluster to join (default: a local one)
+    # a deployment needing more cores / GPUs than this process has (runners/engine/fit.py) is
+    # refused before any worker starts; True runs it anyway, workers sharing devices, and the
+    # run record says it is not comparable with the simulator
+    oversubscribe: bool = False
+    # each worker records its step timings (runners/engine/steplog.py) into the run record
+    record_steps: bool = True
 
 
 @dataclass
@@ -81,6 +91,10 @@ class RunRecord:
     # disaggregated mode: how each encode worker split its device with its local prefill
     # (runners/engine/partition.py: sm_split "green contexts" | "threads" | "none", shares used)
     sm_split: dict[str, dict] = field(default_factory=dict)
+    # the devices the deployment needs and has (runners/engine/fit.py Fit.as_dict())
+    fit: dict = field(default_factory=dict)
+    # worker → its step timings in this run (runners/engine/steplog.py: columns)
+    steps: dict[str, dict] = field(default_factory=dict)
 
 
 class Engine:
@@ -96,14 +110,20 @@ class Engine:
         self.mode: Any = None  # replica modes: routes requests and reads what replicas report
         self.sm_split: dict[str, dict] = {}  # encode worker → its last DevicePartition report
         self.gate: AdmissionGate | None = None
+        self.fit: Fit | None = None
 
     # -- life cycle ---------------------------------------------------------------------
     def start(self) -> Engine:
         cfg = self.config
         o = self.opts
+        arch = archs.of(cfg)
+        arch.engine_check(cfg)  # what the engine cannot run, then what the machine cannot hold
+        self.fit = check_fit(cfg, o.device, o.threads, o.backend, o.oversubscribe)
+        if self.fit.oversubscribed:
+            print(f"hastune engine: {self.fit.arithmetic()}: {NOT_COMPARABLE}",
+                  file=sys.stderr, flush=True)
         ctx = self.ctx = backend.context(o.backend, o.ray_address, cpus=o.threads,
                                          gpus=1.0 if o.device.startswith("cuda") else 0.0)
-        arch = archs.of(cfg)
         if arch.engine_mode != "disaggregated":  # replica modes: runners/engine/modes.py
             self.mode = launch(self, ctx)
             self.started = True
@@ -121,8 +141,8 @@ class Engine:
         o = self.opts
         wopts = {"model": o.model, "device": o.device, "threads": o.threads,
                  "prefill_tokens": o.prefill_tokens, "kv_tokens": o.kv_tokens,
-                 "max_batch": o.max_batch, "rate_hint": self.rate_hint,
-                 "config": cfg.model_dump()}
+                 "max_batch": o.max_batch, "record_steps": o.record_steps,
+                 "rate_hint": self.rate_hint, "config": cfg.model_dump()}
         p_in = [self.inboxes[n] for n in p_names]
         d_in = [self.inboxes[n] for n in d_names]
         for i, n in enumerate(d_names):
@@ -171,10 +191,14 @@ class Engine:
                     self.sm_split[name] = extra
 
     def _spawn(self, ctx: Any, name: str, target: Any, args: tuple) -> None:
+        k = len(self.procs)
+        dev = self.fit.device_for(k)  # CUDA: one GPU per worker
+        if isinstance(args[2], dict) and dev != args[2].get("device", dev):
+            args = (*args[:2], {**args[2], "device": dev}, *args[3:])
         p = ctx.Process(target=target, args=args, name=f"hastune-{name}", daemon=True)
         p.start()
         self.procs[name] = p
-        cores = self._cores_for(len(self.procs) - 1)
+        cores = self._cores_for(k)
         if cores:
             try:
                 os.sched_setaffinity(p.pid, cores)
@@ -188,8 +212,7 @@ class Engine:
         if not (o.pin_cores and o.device == "cpu" and o.backend == "local"
                 and hasattr(os, "sched_getaffinity")):
             return None
-        mine = sorted(os.sched_getaffinity(0))
-        return {mine[(k * o.threads + j) % len(mine)] for j in range(o.threads)}
+        return set(self.fit.cores_for(k))
 
     def stop(self) -> None:
         for n, q in self.inboxes.items():
@@ -230,6 +253,7 @@ class Engine:
         index = {j.rid: k for k, j in enumerate(jobs)}
         dead: set[str] = {n_ for n_ in self.names if not self.shared.is_alive(n_)}
         overhead: dict[str, tuple[float, float]] = {}
+        steps: dict[str, list] = {}
         if self.mode is not None:
             self.mode.begin_run()
         t0 = time.monotonic() + 0.05
@@ -302,6 +326,9 @@ class Engine:
             if kind == EV_STEP:
                 overhead[name] = (extra[0], extra[1], extra[2])
                 continue
+            if kind == EV_STEPS:
+                steps.setdefault(name, []).extend(extra[0])
+                continue
             if kind == EV_SPLIT:
                 self.sm_split[name] = extra
                 continue
@@ -342,6 +369,7 @@ class Engine:
         th.join(timeout=1)
         if self.mode is not None:
             self.mode.end_run()
+        flush_steps(self, steps, dead)
         model_s = sum(v[0] for v in overhead.values())
         over_s = sum(v[1] for v in overhead.values())
         return RunRecord(rate, arrival, first, last, tokens, failed, rejected,
@@ -350,4 +378,6 @@ class Engine:
                           "decode_overhead_share": over_s / model_s if model_s else 0.0,
                           **(self.mode.extra() if self.mode is not None else {}),
                           **(gate.extra() if gate is not None else {})},
-                         time.monotonic() - wall0, dict(self.sm_split))
+                         time.monotonic() - wall0, dict(self.sm_split),
+                         self.fit.as_dict() if self.fit is not None else {},
+                         run_steps(self, steps, t0 - 0.05))

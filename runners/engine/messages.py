@@ -31,6 +31,8 @@ EV_DONE = "done"              # extra: tokens generated
 EV_FAILED = "failed"          # extra: reason
 EV_READY = "ready"            # a worker finished loading its model
 EV_STEP = "step"              # decode step timing sample: extra = (model_s, overhead_s, batch)
+EV_STEPS = "steps"            # a worker's step timings: extra = (rows, final)
+                              # (runners/engine/steplog.py; final: answers a FLUSH)
 EV_SPLIT = "split"            # encode worker: how it splits the device with its local prefill
                               # (extra: runners/engine/partition.py DevicePartition.report())
 # replica modes (runners/engine/replica.py)

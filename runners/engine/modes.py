@@ -70,7 +70,7 @@ def launch(engine: Any, ctx: Any) -> NoDGMode | PaDGMode:
     status = Status(ctx, n)
     wopts = {"model": o.model, "device": o.device, "threads": o.threads,
              "prefill_tokens": o.prefill_tokens, "kv_tokens": o.kv_tokens,
-             "max_batch": o.max_batch, "config": cfg.model_dump()}
+             "max_batch": o.max_batch, "record_steps": o.record_steps, "config": cfg.model_dump()}
     for i, name in enumerate(names):
         engine.inboxes[name] = ctx.Queue()
         engine._spawn(ctx, name, continuous_main if continuous else windowed_main,

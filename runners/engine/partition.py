@@ -62,6 +62,7 @@ class DevicePartition:
         self.prefills_split = 0      # local prefill batches started during an encode
         self.prefills_whole = 0      # … while the encoder idled (whole device)
         self._whole: Any = None      # a stream over the whole device, for the latter
+        self._busy = 0               # CPU: encode + local prefill batches running now
 
     @classmethod
     def open(cls, torch: Any, device: str, threads: int, partitioner: SMPartitioner | None,
@@ -86,11 +87,19 @@ class DevicePartition:
         return s
 
     @contextmanager
-    def encoding(self, batch: int) -> Iterator[None]:
-        """Run an encode batch of `batch` items inside: on its SM share (green contexts)."""
+    def encoding(self, batch: int) -> Iterator[tuple[float, int]]:
+        """Run an encode batch of `batch` items inside: on its SM share (green contexts).
+        Yields (the device share it runs on, 1 if a local prefill runs at its start)."""
         self.encodes += 1
         if self.green is None:
-            yield
+            with self._lock:
+                self._busy += 1
+                overlap = int(self._busy > 1)
+            try:
+                yield 1.0, overlap
+            finally:
+                with self._lock:
+                    self._busy -= 1
             return
         _, n_e, n_p = self.sms_for(batch)
         stream = self.green.stream(n_e)
@@ -99,24 +108,34 @@ class DevicePartition:
         try:
             stream.wait_stream(self.torch.cuda.current_stream(self.device))
             with self.torch.cuda.stream(stream):
-                yield
+                yield n_e / self.green.sms, 0
             stream.synchronize()
         finally:
             with self._lock:
                 self._encoding = None
 
     @contextmanager
-    def prefilling(self) -> Iterator[None]:
-        """Run a local prefill batch inside: on the SMs the encoder leaves (green contexts)."""
+    def prefilling(self) -> Iterator[tuple[float, int]]:
+        """Run a local prefill batch inside: on the SMs the encoder leaves (green contexts).
+        Yields (the device share it runs on, 1 if an encode runs at its start)."""
         if self.green is None:
             self.prefills_whole += 1
-            yield
+            with self._lock:
+                self._busy += 1
+                overlap = int(self._busy > 1)
+            try:
+                yield 1.0, overlap
+            finally:
+                with self._lock:
+                    self._busy -= 1
             return
+        share = 1.0
         with self._lock:
             busy = self._encoding
         if busy is not None:
             self.prefills_split += 1
             stream = self.green.stream(busy[1])
+            share = busy[1] / self.green.sms
         else:
             self.prefills_whole += 1
             if self._whole is None:
@@ -124,7 +143,7 @@ class DevicePartition:
             stream = self._whole
         stream.wait_stream(self.torch.cuda.current_stream(self.device))
         with self.torch.cuda.stream(stream):
-            yield
+            yield share, int(busy is not None)
         stream.synchronize()
 
     def report(self) -> dict[str, Any]:

@@ -36,7 +36,8 @@ from runners.engine.messages import (
     EV_WINDOW,
     STOP,
 )
-from runners.engine.workers import _setup, guarded
+from runners.engine.steplog import FLUSH
+from runners.engine.workers import _setup, guarded, step_log
 
 MODALITIES = ("image", "video", "audio")
 FIELDS = (
@@ -107,13 +108,26 @@ def _drain(inbox: Any, block: bool) -> list:
             return out
 
 
-def _encode(model: Any, reqs: list[_Req]) -> None:
-    """Encode the payloads of `reqs` in one batch (inline: the replica's own encoder)."""
+def _encode(model: Any, reqs: list[_Req], log: Any) -> float:
+    """Encode the payloads of `reqs` in one batch (inline: the replica's own encoder); the
+    seconds it took (0 when there was nothing to encode)."""
     mm = [r for r in reqs if r.payload is not None and r.emb is None]
-    if mm:
-        for r, e in zip(mm, model.encode([r.payload for r in mm])):
-            r.emb = e
-            r.payload = None
+    if not mm:
+        return 0.0
+    t0 = time.monotonic()
+    embs = model.encode([r.payload for r in mm])
+    dur = time.monotonic() - t0
+    if log.on:
+        x = [model.token_counts(r.payload)[0] for r in mm]
+        log.add("encode", t0, dur, len(mm), sum(x), sq=sum(v * v for v in x))
+    for r, e in zip(mm, embs):
+        r.emb = e
+        r.payload = None
+    return dur
+
+
+def _context(reqs: list[_Req]) -> int:
+    return sum(r.handle.length for r in reqs)
 
 
 class _Replica:
@@ -122,6 +136,7 @@ class _Replica:
     def __init__(self, name: str, index: int, opts: dict, events: Any, status: Status):
         self.model = _setup(opts)
         self.name, self.i, self.events, self.st = name, index, events, status
+        self.log = step_log(name, opts, events)
         self.cfg = opts["config"]
         self.cap, self.block = kv_capacity(self.model, opts)
         self.pf_budget = int(opts.get("prefill_tokens", 2048))
@@ -209,6 +224,9 @@ def continuous_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
         for msg in _drain(inbox, block=not (sched.waiting or sched.prefilling or rp.running)):
             if msg == STOP:
                 return
+            if msg == FLUSH:
+                rp.log.send(final=True)
+                continue
             r = _Req(msg, model, rp.block)
             if not sched.add(r):
                 events.put((EV_FAILED, msg.rid, name, time.monotonic(),
@@ -220,9 +238,11 @@ def continuous_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
         dec = list(rp.running)
         plan, ptok, _ = sched.plan(len(dec)) if sched.prefilling else ([], 0, 0.0)
         ptok = int(ptok)
+        ctx = _context(dec) if dec else 0
+        enc_s = 0.0
         if chunk:
             fresh = [r for r, c in plan if r.done == c]  # starting their prompt
-            _encode(model, fresh)
+            enc_s = _encode(model, fresh, rp.log)
             for r in fresh:
                 r.handle = model.begin_prefill(r.job.prompt, r.emb)
                 r.emb = None
@@ -233,13 +253,17 @@ def continuous_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
         elif plan:  # a prefill-only iteration: decoding pauses
             dec = []
             batch = [r for r, _ in plan]
-            _encode(model, batch)
+            enc_s = _encode(model, batch, rp.log)
             outs = model.prefill_batch([(r.job.prompt, r.emb) for r in batch])
             for r, (_tok, h) in zip(batch, outs):
                 r.handle, r.emb = h, None
         else:
             model.decode_step([r.handle for r in dec])
         t1 = time.monotonic()
+        # the iteration without its encode: decode, mixed (decode + chunks) or prefill
+        kind = ("mixed" if dec else "prefill") if ptok else "decode"
+        rp.log.add(kind, t0, t1 - t0 - enc_s, len(plan) if kind == "prefill" else len(dec),
+                   ptok if ptok else len(dec), ctx, sq=sum(int(c) ** 2 for _, c in plan))
         joined = sched.pop_done()
         if dec:  # how long the batch waited for this step: seconds, and prefill tokens
             for r in rp.decode(dec, t1):
@@ -320,6 +344,9 @@ def windowed_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
         for msg in _drain(inbox, block=not (given or window or rp.running)):
             if msg == STOP:
                 return
+            if msg == FLUSH:
+                rp.log.send(final=True)
+                continue
             given.append(_Req(msg, model, rp.block))
         it0 = t0 = time.monotonic()
         if given:  # open the window (we are at a step boundary) or keep it open
@@ -333,9 +360,11 @@ def windowed_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
             while given and tok + given[0].total <= rp.pf_budget:
                 tok += given[0].total
                 batch.append(given.popleft())
-            _encode(model, batch)
+            enc_s = _encode(model, batch, rp.log)
             outs = model.prefill_batch([(r.job.prompt, r.emb) for r in batch])
             t1 = time.monotonic()
+            rp.log.add("prefill", t0, t1 - t0 - enc_s, len(batch), tok,
+                       sq=sum(r.total ** 2 for r in batch))
             for r, (_tok, h) in zip(batch, outs):
                 r.handle, r.emb, r.done = h, None, r.total
             window += batch
@@ -356,8 +385,11 @@ def windowed_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
             continue
         else:
             dec = list(rp.running)
+            ctx = _context(dec)
+            t0 = time.monotonic()
             model.decode_step([r.handle for r in dec])
             t1 = time.monotonic()
+            rp.log.add("decode", t0, t1 - t0, len(dec), len(dec), ctx)
             rp.decode(dec, t1)
             status.set(index, "steps", rp.steps)
             status.set(index, "step_s", t1 - t0)

@@ -36,6 +36,18 @@ from runners.engine.messages import (
     STOP,
     Job,
 )
+from runners.engine.steplog import FLUSH, StepLog
+
+
+def step_log(name: str, opts: dict, events: Any) -> StepLog:
+    return StepLog(name, events, on=opts.get("record_steps", True))
+
+
+def handoff(log: StepLog, kind: str, job: Job, tokens: int, now: float) -> None:
+    """An item's hand-off from its sender's put (job.stamps["sent"]) to this get."""
+    sent = job.stamps.pop("sent", None)
+    if sent is not None:
+        log.add(kind, sent, now - sent, 1, tokens)
 
 
 class Shared:
@@ -101,8 +113,9 @@ class _Prefill:
     """Prefill batching and the KV hand-off, shared by remote workers and local threads."""
 
     def __init__(self, model: Any, name: str, opts: dict, events: Any, decode_inboxes: list,
-                 decode_names: list[str], shared: Shared, remote_index: int | None):
-        self.model, self.name, self.events = model, name, events
+                 decode_names: list[str], shared: Shared, remote_index: int | None,
+                 log: StepLog):
+        self.model, self.name, self.events, self.log = model, name, events, log
         self.budget = opts.get("prefill_tokens", 2048)
         self.decode_inboxes, self.decode_names = decode_inboxes, decode_names
         self.shared, self.remote_index = shared, remote_index
@@ -111,9 +124,15 @@ class _Prefill:
         n = len(job.prompt)
         return n + (0 if job.embeddings is None else int(job.embeddings.shape[0]))
 
-    def run(self, jobs: list[Job]) -> None:
+    def run(self, jobs: list[Job], share: float = 1.0, overlap: int = 0) -> None:
+        t0 = time.monotonic()
         outs = self.model.prefill_batch([(j.prompt, j.embeddings) for j in jobs])
         t = time.monotonic()
+        log = self.log
+        if log.on:
+            n = [self.tokens(j) for j in jobs]
+            log.add("prefill", t0, t - t0, len(jobs), sum(n), 0, share, overlap,
+                    sum(x * x for x in n))
         for job, (_first_token, handle) in zip(jobs, outs):
             if self.remote_index is not None:
                 with self.shared.prefill_load.get_lock():
@@ -132,40 +151,55 @@ class _Prefill:
             with self.shared.decode_load.get_lock():
                 self.shared.decode_load[d] += reserve
             self.events.put((EV_FIRST, job.rid, self.name, t, self.decode_names[d]))
+            t1 = time.monotonic()
             state = self.model.export_kv(handle)
+            t2 = time.monotonic()
+            log.add("kv_export", t1, t2 - t1, 1, handle.length)
             self.model.free(handle)
             job.embeddings = None
+            job.stamps["sent"] = t2
             self.decode_inboxes[d].put((job, state, reserve))
 
     def take(self, first: Job, source: Any) -> list[Job]:
         """`first` plus whatever waits in `source` within the token budget."""
         batch, total = [first], self.tokens(first)
+        self.received(first)
         while True:
             try:
                 nxt = source.get_nowait()
             except queue.Empty:
                 break
-            if nxt == STOP:
-                source.put(STOP)
+            if nxt == STOP or nxt == FLUSH:
+                source.put(nxt)
                 break
             if total + self.tokens(nxt) > self.budget:
                 source.put(nxt)  # goes to the back: prompts may reorder at the budget edge
                 break
             batch.append(nxt)
             total += self.tokens(nxt)
+            self.received(nxt)
         return batch
+
+    def received(self, job: Job) -> None:
+        if "sent" in job.stamps:
+            emb = 0 if job.embeddings is None else int(job.embeddings.shape[0])
+            handoff(self.log, "handoff_emb", job, emb, time.monotonic())
 
 
 @guarded
 def prefill_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
                  decode_inboxes: list, decode_names: list[str], shared: Shared) -> None:
     model = _setup(opts)
-    pf = _Prefill(model, name, opts, events, decode_inboxes, decode_names, shared, index)
+    log = step_log(name, opts, events)
+    pf = _Prefill(model, name, opts, events, decode_inboxes, decode_names, shared, index, log)
     events.put((EV_READY, -1, name, time.monotonic(), None))
     while True:
         job = inbox.get()
         if job == STOP:
             return
+        if job == FLUSH:
+            log.send(final=True)
+            continue
         pf.run(pf.take(job, inbox))
 
 
@@ -191,8 +225,8 @@ def _start_local_prefill(local: _Prefill, inbox: queue.Queue, part: Any,
             if job == STOP:
                 return
             batch = local.take(job, inbox)
-            with part.prefilling():
-                local.run(batch)
+            with part.prefilling() as (share, overlap):
+                local.run(batch, share, overlap)
 
     th = threading.Thread(target=serve, name=f"{name}-local-prefill", daemon=True)
     th.start()
@@ -215,10 +249,11 @@ def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
                                 pol.partitioner, local_prefill=pol.local_prefill)
     local_q: queue.Queue = queue.Queue()
     local_thread: threading.Thread | None = None
+    log = step_log(name, opts, events)  # the encoder's and its local prefill's steps
     if pol.local_prefill:
         local_thread = _start_local_prefill(
-            _Prefill(model, name, opts, events, decode_inboxes, decode_names, shared, None),
-            local_q, part, name)
+            _Prefill(model, name, opts, events, decode_inboxes, decode_names, shared, None,
+                     log), local_q, part, name)
     events.put((EV_READY, -1, name, time.monotonic(), part.report()))
 
     def route(job: Job, t: float) -> None:
@@ -235,14 +270,20 @@ def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
         with shared.prefill_load.get_lock():
             shared.prefill_load[p] += n
         events.put((EV_ENCODED, job.rid, name, t, prefill_names[p]))
+        job.stamps["sent"] = time.monotonic()
         prefill_inboxes[p].put(job)
 
     def encode(batch: list[Job]) -> None:
-        with part.encoding(len(batch)):
+        with part.encoding(len(batch)) as (share, overlap):
             payloads = [model.example_payload(j.modality, j.payload_size, seed=j.rid)
                         for j in batch]
+            t0 = time.monotonic()
             embs = model.encode(payloads)
         t = time.monotonic()
+        if log.on:
+            x = [model.token_counts(p)[0] for p in payloads]
+            log.add("encode", t0, t - t0, len(batch), sum(x), 0, share, overlap,
+                    sum(v * v for v in x))
         events.put((EV_SPLIT, -1, name, t, part.report()))  # shares and counts so far
         for j, e in zip(batch, embs):
             j.embeddings = e
@@ -263,6 +304,9 @@ def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
             if local_thread is not None:
                 local_thread.join(timeout=10)
             return
+        if job == FLUSH:
+            log.send(final=True)
+            continue
         now = time.monotonic()
         if job.modality is None:
             route(job, now)
@@ -276,6 +320,7 @@ def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
 def decode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
                 shared: Shared) -> None:
     model = _setup(opts)
+    log = step_log(name, opts, events)
     budget = opts.get("kv_tokens", 1 << 20)
     max_batch = opts.get("max_batch", 64)
     events.put((EV_READY, -1, name, time.monotonic(), None))
@@ -292,22 +337,33 @@ def decode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
         while msg is not None:
             if msg == STOP:
                 return
-            pending.append(msg)
+            if msg == FLUSH:
+                log.send(final=True)
+            else:
+                handoff(log, "handoff_kv", msg[0], msg[1].length, time.monotonic())
+                pending.append(msg)
             try:
                 msg = inbox.get_nowait()
             except queue.Empty:
                 msg = None
         while pending and len(running) < max_batch and reserved + pending[0][2] <= budget:
             job, state, reserve = pending.popleft()
-            running.append([job, model.import_kv(state), job.max_tokens - 1, 1, reserve])
+            ti = time.monotonic()
+            handle = model.import_kv(state)
+            log.add("kv_import", ti, time.monotonic() - ti, 1, state.length)
+            running.append([job, handle, job.max_tokens - 1, 1, reserve])
             reserved += reserve
         if not running:
             continue
         t0 = time.monotonic()
         if t0 - it0 > 0.05:  # it blocked waiting for work: that is idle time, not overhead
             it0 = t0
-        model.decode_step([r[1] for r in running])
+        handles = [r[1] for r in running]
+        ctx = sum(h.length for h in handles)
+        t0 = time.monotonic()
+        model.decode_step(handles)
         t1 = time.monotonic()
+        log.add("decode", t0, t1 - t0, len(handles), len(handles), ctx)
         keep = []
         for r in running:
             r[2] -= 1

@@ -12,14 +12,14 @@ from tests.calibrate.test_profile_cli import REPO, hastune
 
 
 def test_shipped_cpu_profile_is_measured_and_says_how_to_regenerate():
-    path = REPO / "profiles" / "cpu" / "ref-small.yaml"
+    path = REPO / "profiles" / "cpu" / "ref-small-1core.yaml"  # one worker = one core
     prof = load_profile(path)
     assert prof.source.startswith("MEASURED") and prof.fit.measured is not None
-    assert "2 threads" in prof.fit.measured.device
-    assert "hastune profile --model ref-small --device cpu --threads 2" in \
+    assert "1 thread" in prof.fit.measured.device
+    assert "hastune profile --model ref-small --device cpu --threads 1" in \
         prof.fit.measured.command
     assert set(prof.fit.error) == {"encode", "prefill", "decode"}
-    assert (REPO / "profiles" / "cpu" / "ref-small.rows.json").exists()
+    assert (REPO / "profiles" / "cpu" / "ref-small-1core.rows.json").exists()
     rec = yaml.safe_load((REPO / "examples" / "reference-cpu.yaml").read_text())
     assert (REPO / "examples" / rec["profile"]).resolve() == path.resolve()
 
