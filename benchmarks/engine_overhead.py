@@ -1,15 +1,19 @@
 """Engine overhead: scheduling and hand-off time per decode step (draining the inbox,
 admission, importing handed-off KV, bookkeeping, reporting finished requests) as a share of the
-model's own decode-step time, measured inside the decode workers under a load run.
+model's own decode-step time, measured inside the decode workers under a load run; and the
+cost of the engine timing itself (runners/engine/steplog.py): paired runs of the same load on
+two engines, one recording every worker's steps and one not, in alternating order.
 
 Run: OMP_NUM_THREADS=1 python benchmarks/engine_overhead.py [--model ref-small] [--rate 10]
-     [--backend local|ray] [--ray-address ADDR]
-Target for the small default model on CPU: ≤ 10%.
+     [--pairs 5] [--backend local|ray] [--ray-address ADDR]
+Targets for the small default model on CPU: overhead ≤ 10% of the model's step time; step
+recording: median ratio of decode-loop seconds per step (recording / not) ≤ 1.02.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 import numpy as np
 
@@ -20,12 +24,19 @@ from runners.engine import Engine, EngineOptions
 from runners.engine.load import jobs_from, to_result
 
 
+def per_step(rec) -> float:
+    """Decode-loop seconds per decode step (model + engine overhead)."""
+    o = rec.overhead
+    return (o["decode_model_s"] + o["decode_overhead_s"]) / max(o["decode_steps"], 1.0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", default="ref-small")
     ap.add_argument("--rate", type=float, default=10.0)
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--output-tokens", type=float, default=48.0)
+    ap.add_argument("--pairs", type=int, default=5, help="paired runs, steps recorded or not")
     ap.add_argument("--backend", default="local", help="local processes or ray actors")
     ap.add_argument("--ray-address", default=None)
     args = ap.parse_args()
@@ -37,10 +48,24 @@ def main() -> None:
     cfg = EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=1, B=2, s=0.0)
     from hastune.real import _vocab
 
-    opts = EngineOptions(model=args.model, backend=args.backend, ray_address=args.ray_address)
-    with Engine(cfg, opts, rate_hint=args.rate) as eng:
-        jobs, offsets = jobs_from(reqs, args.rate, _vocab(args.model), 0)
-        rec = eng.run(jobs, offsets, args.rate)
+    def opts(record: bool) -> EngineOptions:
+        return EngineOptions(model=args.model, backend=args.backend,
+                             ray_address=args.ray_address, record_steps=record)
+
+    with Engine(cfg, opts(True), rate_hint=args.rate) as on, \
+            Engine(cfg, opts(False), rate_hint=args.rate) as off:
+        engines = {True: on, False: off}
+        recs: dict[bool, list] = {True: [], False: []}
+        for k in range(max(args.pairs, 1)):
+            for record in ((True, False) if k % 2 == 0 else (False, True)):
+                jobs, offsets = jobs_from(reqs, args.rate, _vocab(args.model), 0)
+                recs[record].append(engines[record].run(jobs, offsets, args.rate))
+            a, b = recs[True][-1], recs[False][-1]
+            rows = sum(len(c["kind"]) for c in a.steps.values())
+            print(f"pair {k + 1}: decode loop per step {per_step(a) * 1e3:.3f} ms recording "
+                  f"({rows} steps recorded) vs {per_step(b) * 1e3:.3f} ms not: ratio "
+                  f"{per_step(a) / per_step(b):.3f}", flush=True)
+    rec = recs[True][0]
     res = to_result(rec, 0.1)
     o = rec.overhead
     print(f"model {args.model}, epd 1-0-1, {args.backend} backend, {args.requests} requests "
@@ -52,6 +77,12 @@ def main() -> None:
     ms = {k: (np.nanpercentile(v, 50) * 1e3, np.nanpercentile(v, 90) * 1e3)
           for k, v in (("TTFT", res.ttft), ("TPOT", res.tpot))}
     print("; ".join(f"{k} P50 {a:.1f} ms, P90 {b:.1f} ms" for k, (a, b) in ms.items()))
+    ratios = [per_step(a) / per_step(b) for a, b in zip(recs[True], recs[False])]
+    tpot = [np.nanmedian(to_result(a, 0.1).tpot) / np.nanmedian(to_result(b, 0.1).tpot)
+            for a, b in zip(recs[True], recs[False])]
+    print(f"step recording: median ratio over {len(ratios)} pairs, decode loop per step "
+          f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
+          f"TPOT P50 {statistics.median(tpot):.3f}")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,8 @@ class RealOptions:
     # runs it, workers sharing devices, and the record says it is not comparable with the sim
     oversubscribe: bool = False
     record_steps: bool = True       # each worker's step timings into the record (describe)
+    warm_requests: int = 12         # untimed requests a new engine serves before its 1st probe
+    warm_rate: float = 6.0          # … at this rate (req/s)
 
 
 def _vocab(model: str) -> int:
@@ -106,7 +108,23 @@ class RealEvaluation:
                                  "package.module:factory)") from None
             self._engines[key] = eng
             self.fit = eng.fit.as_dict()  # type: ignore[attr-defined]
+            self._warm(eng)
         return eng
+
+    def _warm(self, eng: object) -> None:
+        """A short untimed load before the first probe: a fresh engine's first steps run
+        cold (allocations, lazy initialisation) and its admission gate has not measured a
+        TTFT yet, so without it the first probe — often the search's highest rate — fails
+        on what the simulator does not model."""
+        if self.opts.warm_requests <= 0:
+            return
+        from runners.engine.load import jobs_from
+
+        rate = self.opts.warm_rate
+        jobs, offsets = jobs_from(self.pool.head(min(self.opts.warm_requests,
+                                                     len(self.pool))), rate, self.vocab,
+                                  self.seed + 1)
+        eng.run(jobs, offsets, rate)  # type: ignore[attr-defined]
 
     def close(self) -> None:
         for eng in self._engines.values():

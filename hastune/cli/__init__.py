@@ -35,7 +35,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 def _register() -> None:
     from hastune.cli import (  # noqa: F401  (commands register)
+        calibrate,
         evaluate,
+        fidelity,
         model,
         plan,
         profile,
