@@ -37,7 +37,6 @@ def _register() -> None:
     from hastune.cli import (  # noqa: F401  (commands register)
         calibrate,
         evaluate,
-        fidelity,
         model,
         plan,
         profile,
