@@ -5,12 +5,13 @@ This is the library entry point the CLI (and the tuner) call.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from numbers import Integral, Real
 from pathlib import Path
 
-from hastune import archs
+from hastune import archs, engine_terms
 from hastune.config import AnyConfig
 from hastune.errors import InputError, accepts
 from hastune.goodput import GoodputResult, Probe, search_goodput
@@ -82,16 +83,30 @@ class Evaluation:
             profile, self.profile_source = resolve_profile(recipe)
         else:
             self.profile_source = None
+        self.engine_terms = engine_terms.for_profile(recipe.engine, profile)
+        if self.engine_terms is not None:  # what the engine adds to the kernels
+            profile = engine_terms.apply(profile, self.engine_terms)
         self.profile = profile
         self.seed = recipe.seed if seed is None else seed
         self.base_requests = requests or recipe.workload.requests
-        self._pool: RequestSet = sample_requests(
-            recipe.workload, self.base_requests, self.seed, base=recipe.base_dir)
+        self._pool: RequestSet = self._sample(self.base_requests)
         self.lifetime_s = self._zero_load_lifetime()
         slo = recipe.slo
         self.slo_lifetime_s = slo.ttft_s + slo.tpot_s * max(
             float(self._pool.output_tokens.mean()) - 1.0, 0.0)
         self.closed = recipe.workload.arrival.process == "closed"
+        self._pool = self._ramped(self._pool)
+
+    def _sample(self, n: int) -> RequestSet:
+        reqs = sample_requests(self.recipe.workload, n, self.seed, base=self.recipe.base_dir)
+        reqs = engine_terms.with_frontend(reqs, self.engine_terms)
+        return self._ramped(reqs) if hasattr(self, "closed") else reqs
+
+    def _ramped(self, reqs: RequestSet) -> RequestSet:
+        """Closed loop: the clients start spread over one zero-load request lifetime."""
+        if not self.closed:
+            return reqs
+        return dataclasses.replace(reqs, ramp_s=self.lifetime_s)
 
     @property
     def requests(self) -> RequestSet:
@@ -137,8 +152,7 @@ class Evaluation:
     def requests_at(self, rate: float, n: int | None = None) -> RequestSet:
         n = self.probe_size(rate) if n is None else n
         if n > len(self._pool):
-            self._pool = sample_requests(self.recipe.workload, n, self.seed,
-                                         base=self.recipe.base_dir)
+            self._pool = self._sample(n)
         return self._pool.head(n)
 
     def judge(self, run: RunResult, final: bool = True) -> Stability:
@@ -231,6 +245,7 @@ class Evaluation:
     def simulator(self, config: Config,
                   config_path: str | Path | None = None) -> Simulator:
         self.check(config, config_path)
+        config = engine_terms.config_defaults(config, self.engine_terms)
         sim = archs.of(config).simulator(self.profile, self.recipe.cluster, config,
                                          self.recipe.workload.warmup, self.recipe.slo)
         if not self.closed:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hastune.engine_terms import FrontEnd
 from hastune.errors import InputError
 from hastune.recipe import (
     MAX_TOKENS,
@@ -41,6 +42,8 @@ class RequestSet:
     seed: int
     schedule: RateSchedule | None = None  # time-varying rate multiplier
     think_s: float | None = None          # closed loop: clients' pause (None: open loop)
+    frontend: FrontEnd | None = None      # the engine's front end (hastune.engine_terms)
+    ramp_s: float = 0.0                   # closed loop: clients start evenly over ramp_s
 
     def __len__(self) -> int:
         return int(self.gaps.shape[0])
@@ -62,7 +65,7 @@ class RequestSet:
             return self
         return RequestSet(self.gaps[:n], self.modality[:n], self.encoder_tokens[:n],
                           self.llm_tokens[:n], self.prompt_tokens[:n], self.output_tokens[:n],
-                          self.seed, self.schedule, self.think_s)
+                          self.seed, self.schedule, self.think_s, self.frontend, self.ramp_s)
 
 
 def _rescale(u: np.ndarray, sched: RateSchedule) -> np.ndarray:

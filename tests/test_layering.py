@@ -43,8 +43,10 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     # evaluators: goodput of a config by simulation or on the engine, and pruning's bounds
     (5, "hastune evaluators", ("hastune.evaluate", "hastune.evaluators", "hastune.prune",
                                "hastune.real")),
-    # the tuner (HAS: pruning + Bayesian optimisation)
-    (6, "hastune.tune", ("hastune.tune",)),
+    # the tuner (HAS: pruning + Bayesian optimisation) and planning on it (fewest GPUs)
+    (6, "hastune.tune", ("hastune.tune", "hastune.plan")),
+    # the simulator scored against measured runs of real engines (issue 13)
+    (6, "hastune.fidelity", ("hastune.fidelity",)),
     # the command line, on top of everything
     (7, "hastune.cli", ("hastune.cli", "hastune.__main__")),
 ]

@@ -15,6 +15,7 @@ import numpy as np
 
 from hastune.runs import RunResult, latencies
 from hastune.sim.events import PRIO_ARRIVE, SimulationError
+from hastune.sim.frontend import engine_arrivals, frontend_delays, in_flight_at
 from hastune.workload import RequestSet
 
 # Event kind of an arrival that comes through the heap (a closed-loop client's next request,
@@ -44,29 +45,50 @@ class Arrivals:
 
     Open loop: `times` holds every arrival (the request set's gaps scaled to `rate`, or its
     rate schedule). Closed loop (`reqs.think_s` set): `rate` is the number of clients; each
-    sends its first request at t = 0 and its next one `think_s` after the previous one
-    completes (or is rejected), as benchmark tools with a fixed concurrency do."""
+    sends its first request at t = 0 (with `reqs.ramp_s`, client i at i·ramp_s/clients: spread
+    over one request's lifetime, not in lockstep) and its next one `think_s` after the
+    previous one completes (or is rejected), as benchmark tools with a fixed concurrency do.
 
-    __slots__ = ("closed", "clients", "think", "issued", "n", "times")
+    With the engine's front end on the request set (`reqs.frontend`, hastune.engine_terms),
+    a request reaches the engine `frontend_delays` after its client sent it: `times` are the
+    engine's arrivals, `sent` the clients' (what TTFT is measured from). In closed loop the
+    clients' first requests then come through the heap too (`initial` is 0)."""
+
+    __slots__ = ("closed", "clients", "think", "issued", "n", "times", "sent", "fe")
 
     def __init__(self, reqs: RequestSet, rate: float):
         self.n = len(reqs)
         self.closed = reqs.think_s is not None
+        f = reqs.frontend
+        self.fe = frontend_delays(reqs) if f is not None and not f.off else None
+        self.sent: list[float] | None = None
         if self.closed:
             self.clients = max(1, min(self.n, int(round(rate))))
             self.think = float(reqs.think_s)  # type: ignore[arg-type]
             self.issued = self.clients
             self.times = [math.inf] * self.n
+            ramp = reqs.ramp_s / self.clients
             for i in range(self.clients):
-                self.times[i] = 0.0
+                self.times[i] = i * ramp
+            if self.fe is not None:
+                self.sent = list(self.times)
+                for i in range(self.clients):
+                    self.times[i] += self.fe[i]
         else:
             self.clients = 0
             self.think = 0.0
             self.issued = self.n
-            self.times = reqs.arrivals(rate).tolist()
+            sent = reqs.arrivals(rate).tolist()
+            if self.fe is not None:
+                self.sent = sent
+                sent = engine_arrivals(sent, self.fe)
+            self.times = sent
 
     def initial(self) -> int:
-        """How many requests arrive from the pre-computed list (all, or one per client)."""
+        """How many requests arrive from the pre-computed list (all, or one per client; none
+        in closed loop with a front end: the clients' first requests come through the heap)."""
+        if self.closed and self.fe is not None:
+            return 0
         return self.issued
 
     def next_after(self, t: float) -> tuple[float, int] | None:
@@ -76,6 +98,9 @@ class Arrivals:
         r = self.issued
         self.issued += 1
         ta = t + self.think
+        if self.fe is not None:
+            self.sent[r] = ta  # type: ignore[index]
+            ta += self.fe[r]
         self.times[r] = ta
         return ta, r
 
@@ -155,21 +180,35 @@ class EventLoop:
     counts the pre-computed arrivals seen so far."""
 
     __slots__ = ("heap", "seq", "arr", "n_open", "feed", "closed", "arrived", "t", "popped",
-                 "watcher", "stopped")
+                 "watcher", "stopped", "sent", "per_stream")
 
     def __init__(self, reqs: RequestSet, rate: float, closed_loop: bool = True):
         self.heap: list[tuple] = []
         self.seq = count()
+        fe = reqs.frontend  # its time per stream it serves (requests in flight, all replicas:
+        # a client's request waits behind those of the instance it goes to, ~ in flight/replicas)
+        self.per_stream = fe.per_stream_s if fe is not None else 0.0
         if closed_loop:
             feed = Arrivals(reqs, rate)
             self.feed: Arrivals | None = feed
             self.closed = feed.closed
             self.arr = feed.times
             self.n_open = feed.initial()
+            self.sent = feed.sent
+            if feed.closed and feed.sent is not None:  # the clients' first requests
+                for i in range(feed.clients):
+                    heappush(self.heap, (self.arr[i], PRIO_ARRIVE, next(self.seq), ARRIVE, i,
+                                         None))
         else:
             self.feed = None
             self.closed = False
-            self.arr = reqs.arrivals(rate).tolist()
+            sent = reqs.arrivals(rate).tolist()
+            self.sent = None
+            fe = reqs.frontend
+            if fe is not None and not fe.off:
+                self.sent = sent
+                sent = engine_arrivals(sent, frontend_delays(reqs))
+            self.arr = sent
             self.n_open = len(self.arr)
         self.arrived = 0
         self.t = 0.0
@@ -181,7 +220,8 @@ class EventLoop:
               out_tok: list[int]) -> None:
         """Stop the run once `rule` says it has failed whatever comes next (open loop)."""
         if rule is not None and not self.closed:
-            self.watcher = Watcher(rule, self.arr, t_first, t_last, out_tok)
+            self.watcher = Watcher(rule, self.sent if self.sent is not None else self.arr,
+                                   t_first, t_last, out_tok)
 
     def span(self) -> float:
         """Seconds from the first arrival to the end of the run (after `events`)."""
@@ -294,7 +334,7 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
     """The RunResult of a finished `loop`. TTFT = first token − arrival;
     TPOT = (t_last − t_first)/(n_out − 1); rejected → inf. `load_stats`: add throughput_rps and
     max_in_flight to `extra` (the encode/prefill/decode simulator does not report them)."""
-    arr = loop.arr
+    arr = loop.sent if loop.sent is not None else loop.arr  # TTFT from the client's send
     n = len(arr)
     span = loop.span()
     a = np.array(arr, dtype=float)
@@ -302,6 +342,9 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
     tl = np.array(t_last, dtype=float)
     outs = np.array(out_tok, dtype=float)
     w = int(warmup * n)
+    feed = loop.feed
+    if loop.closed and feed is not None:  # closed loop: the clients' first two rounds warm up
+        w = max(w, min(2 * feed.clients, n // 2))
     ex = dict(extra or {})
     if loop.stopped:
         # stopped early (StopRule): the requests that arrived, with lower bounds for those
@@ -316,6 +359,8 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
     else:
         finish = tl
     ttft, tpot = latencies(a, tf, tl, outs, rejected)
+    if loop.per_stream > 0 and n:  # the front end's wait behind the streams it serves
+        ttft = ttft + loop.per_stream * in_flight_at(a, tl)
     # throughput while requests were still arriving (in closed loop: while every client was
     # busy): measured completions up to the last arrival, over that stretch
     n = len(a)

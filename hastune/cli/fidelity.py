@@ -1,0 +1,121 @@
+"""`hastune fidelity CSV`: how far the simulator is from measured runs of real engines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hastune.cli import app
+from hastune.cli.common import dumps
+from hastune.errors import InputError
+
+
+def _models(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for it in items or []:
+        name, sep, path = it.partition("=")
+        if not sep or not name or not path:
+            raise InputError(None, "--model", f"{it!r} is not NAME=DIR",
+                             "give the file's model_path, '=', and a folder holding config.json")
+        out[name] = path
+    return out
+
+
+@app.command()
+def fidelity(
+    measurements: Path = typer.Argument(..., help="CSV of measured runs (the silicon format "
+                                        "of ../shared/calibration/e2e/silicon_llama31.csv)"),
+    model: list[str] | None = typer.Option(None, "--model", help="NAME=DIR: the config of a "
+                                           "model_path the shipped examples/models lack"),
+    engine: str | None = typer.Option(None, "--engine", help="only this engine's rows"),
+    rows: bool = typer.Option(False, "--rows", help="print every row's errors"),
+    write: bool = typer.Option(False, "--write", help="write the fitted terms to "
+                               "hastune/engine_fitted.py (what the simulator uses)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Simulate every measured run (one aggregated instance, closed-loop clients, fixed
+    lengths), fit the engine terms per (engine, GPU) with folds that leave whole isl × osl
+    shapes out, and print the errors of mean TTFT and TPOT: cross-validated, fitted, and with
+    the kernels alone; by engine, TP and concurrency. Exit 0 when every engine with ≥ 40 rows
+    meets the bar (cross-validated median |error| ≤ 20% TTFT, ≤ 8% TPOT, bias within ±10%),
+    4 otherwise, 2 on bad input."""
+    from hastune.fidelity import score
+    from hastune.fidelity.write import write_fitted
+
+    con = Console(stderr=True, highlight=False)
+    only = (lambda c: c.engine == engine) if engine else None
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"
+                  "/{task.total}"), TimeElapsedColumn(), console=con, transient=True,
+                  disable=as_json) as bar:
+        task = bar.add_task("simulating", total=None)
+
+        def progress(what: str, done: int, total: int) -> None:
+            bar.update(task, description=what, completed=done, total=total)
+
+        card = score.run(measurements, _models(model), only=only, progress=progress)
+    agg = score.aggregate(card)
+    ok = score.passes(agg)
+    code = 0 if ok and all(ok.values()) else 4
+    out = {"file": str(measurements), "rows": len(card.rows), "wall_s": card.wall_s,
+           "aggregate": agg, "passes": ok, "exit_code": code,
+           "terms": {f"{e}@{g}": dict(zip(score.F.NAMES, map(float, th)))
+                     for (e, g), th in card.terms.items()},
+           "folds": {f"{e}@{g}": f for (e, g), f in card.folds.items()}}
+    if rows:
+        out["per_row"] = [{"id": r.case.id, "engine": r.case.engine, "gpu": r.case.gpu,
+                           "tp": r.case.tp, "isl": r.case.isl, "osl": r.case.osl,
+                           "clients": r.case.clients, "ttft_ms": r.case.ttft_ms,
+                           "tpot_ms": r.case.tpot_ms, "cv_ttft_ms": r.cv_ttft,
+                           "cv_tpot_ms": r.cv_tpot, "fit_ttft_ms": r.fit_ttft,
+                           "fit_tpot_ms": r.fit_tpot} for r in card.rows]
+    if write:
+        out["written"] = str(write_fitted(card, measurements))
+    if as_json:
+        print(dumps(out))
+    else:
+        _print(agg, ok, card, rows)
+        if write:
+            print(f"wrote {out['written']}")
+    if code:
+        raise typer.Exit(code)
+
+
+def _fmt(b: dict) -> str:
+    if not b.get("n"):
+        return "-"
+    return f"{b['median_abs_pct']:.1f} / {b['p90_abs_pct']:.0f} / {b['bias_pct']:+.1f}"
+
+
+def _print(agg: dict, ok: dict, card, rows: bool) -> None:
+    con = Console(highlight=False)
+    for key, title in (("engine", "engine"), ("engine_gpu", "engine @ GPU"), ("tp", "TP"),
+                       ("clients", "concurrency")):
+        t = Table(title=f"by {title}: median |error| / P90 |error| / bias, %")
+        for c in (title, "rows", "TTFT cv", "TPOT cv", "TTFT fit", "TPOT fit", "TTFT kernels",
+                  "TPOT kernels"):
+            t.add_column(c, justify="right" if c != title else "left")
+        for k, b in agg[key].items():
+            t.add_row(k, str(b["rows"]), *(_fmt(b[s][m]) for s in ("cv", "fit", "kernels")
+                                           for m in ("ttft", "tpot")))
+        con.print(t)
+    for (e, g), th in card.terms.items():
+        k, it, seq, fe, st = th
+        con.print(f"{e}@{g}: kernel_scale {k:.3f}, iteration {it * 1e3:.2f} ms, per sequence "
+                  f"{seq * 1e6:.1f} µs, front end {fe * 1e3:.1f} ms + {st * 1e3:.2f} ms per "
+                  "request in flight")
+    if rows:
+        t = Table(title="rows (ms): measured, cross-validated")
+        for c in ("engine", "gpu", "tp", "isl×osl", "c", "TTFT", "cv", "TPOT", "cv"):
+            t.add_column(c)
+        for r in card.rows:
+            c = r.case
+            t.add_row(c.engine, c.gpu, str(c.tp), c.shape, str(c.clients), f"{c.ttft_ms:.1f}",
+                      f"{r.cv_ttft:.1f}", f"{c.tpot_ms:.2f}", f"{r.cv_tpot:.2f}")
+        con.print(t)
+    verdict = ", ".join(f"{e} {'meets' if v else 'misses'}" for e, v in ok.items())
+    con.print(f"{len(card.rows)} rows in {card.wall_s:.1f} s; the bar (cross-validated): "
+              f"{verdict}")

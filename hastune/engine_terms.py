@@ -1,0 +1,195 @@
+"""Engine-level terms: what a serving engine adds to the kernels' time (issue 13).
+
+A profile built from kernel tables times the GPU kernels of one forward pass. A real engine
+(vLLM, SGLang, TensorRT-LLM) runs them inside its own loop, and that loop costs time and shapes
+the batches. `EngineTerms` holds, per engine and GPU:
+
+- the scheduler's defaults (`Scheduler`): the token budget of an iteration and whether prompts
+  share it with decoding (vLLM V1: decode-first chunked prefill, `max_num_batched_tokens`;
+  SGLang: separate prefill batches of `chunked_prefill_size`; TensorRT-LLM: in-flight batching
+  under `max_num_tokens`), the most sequences running, and the memory share for weights + KV;
+- per-iteration CPU time (`iteration_s`: scheduling, input preparation, kernel launch, the
+  sampler's fixed part) and per sequence in the batch (`per_seq_s`: sampling, detokenisation,
+  output processing), added to every iteration the simulator times;
+- `kernel_scale`: the in-engine time of the kernels against the tables' isolated timings
+  (one factor for the whole forward pass);
+- the front end (`FrontEnd`): per request before the engine sees it and back to the client
+  (HTTP, tokenisation, the first token's delivery), served FIFO by one process per instance —
+  it adds to the TTFT a client measures, and it spreads requests sent together, which keeps
+  closed-loop clients from staying in lockstep or drifting into a perfect stagger
+  (hastune.sim.common.Arrivals).
+
+`apply(profile, terms)` returns the profile the simulators run on; every architecture that runs
+an engine's iterations (nodg replicas, padg instances, fudg prefill/decode pools, epd's prefill
+and decode pools) reads its iteration latencies from there, so the terms apply to all of them.
+The encoder's latencies are left as measured (an encoder batch is one forward pass, not an
+engine iteration). Profiles measured on a device (`hastune profile`, the bundled engine) already
+hold the engine's own costs: no terms apply to them.
+
+The fitted values live in hastune.engine_fitted (written by `hastune fidelity --fit`, fitted
+only on ../shared/calibration/e2e/silicon_llama31.csv); docs/fidelity.md has the scorecard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hastune.profile import Profile, TPVariant
+
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """A request's time in the engine's front end (the API server: HTTP, tokenisation, the
+    first token's way back): request_s + per_token_s × prompt tokens before the engine sees
+    the request (hastune.sim.common.frontend_delays), and per_stream_s for every request its
+    instance's front end is streaming tokens to when it comes (the requests in flight there),
+    the wait behind their output processing. A client's TTFT counts it all."""
+
+    request_s: float = 0.0
+    per_token_s: float = 0.0
+    per_stream_s: float = 0.0  # the wait per request in flight it is streaming tokens for
+
+    @property
+    def off(self) -> bool:
+        return self.request_s == 0.0 and self.per_token_s == 0.0 and self.per_stream_s == 0.0
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """An engine's scheduling defaults (what a config that does not set them runs with)."""
+
+    chunk_tokens: int | None   # the token budget of a mixed iteration; None: separate prefill
+    prefill_tokens: int        # the most prompt tokens of one prefill-only iteration
+    max_seqs: int              # the most sequences running at once
+    memory_share: float        # of the GPU's memory for weights + KV (+ activations)
+    preempts: bool             # KV on demand (paged), preempting when full; False: reserved
+
+
+@dataclass(frozen=True)
+class EngineTerms:
+    engine: str
+    gpu: str | None            # None: the engine's terms pooled over the GPUs it was fitted on
+    scheduler: Scheduler
+    iteration_s: float = 0.0
+    per_seq_s: float = 0.0
+    kernel_scale: float = 1.0
+    frontend: FrontEnd = FrontEnd()
+    fitted_on: str = ""        # what the terms were fitted on (rows, CV), for the record
+
+    def as_dict(self) -> dict:
+        return {"engine": self.engine, "gpu": self.gpu, "iteration_s": self.iteration_s,
+                "per_seq_s": self.per_seq_s, "kernel_scale": self.kernel_scale,
+                "frontend_s": self.frontend.request_s,
+                "frontend_per_token_s": self.frontend.per_token_s,
+                "frontend_per_stream_s": self.frontend.per_stream_s,
+                "chunk_tokens": self.scheduler.chunk_tokens,
+                "prefill_tokens": self.scheduler.prefill_tokens,
+                "max_seqs": self.scheduler.max_seqs,
+                "memory_share": self.scheduler.memory_share, "fitted_on": self.fitted_on}
+
+
+def scheduler_defaults(engine: str, gpu_memory_gib: float, gpu: str = "") -> Scheduler:
+    """The engine's own defaults on a GPU with that much memory (read from the engines'
+    sources: vLLM engine/arg_utils.py get_batch_defaults — 8192 tokens and 1024 sequences on
+    GPUs of ≥ 70 GiB other than A100, else 2048 and 256, gpu_memory_utilization 0.9; SGLang
+    server_args.py — chunked_prefill_size 2048 under 35 GB, 8192 under 160 GB, else 16384,
+    prefill batches separate from decoding unless --enable-mixed-chunk, mem_fraction_static
+    about 0.88; TensorRT-LLM — max_num_tokens 8192, max_batch_size 2048, context and
+    generation requests in one in-flight batch, free_gpu_memory_fraction 0.9 of what the
+    weights leave, KV reserved up front by the default GUARANTEED_NO_EVICT policy)."""
+    big = gpu_memory_gib >= 70 and "a100" not in gpu.lower()
+    if engine == "vllm":
+        return Scheduler(8192 if big else 2048, 8192 if big else 2048, 1024 if big else 256,
+                         0.9, True)
+    if engine == "sglang":
+        chunk = 2048 if gpu_memory_gib < 35 else 8192 if gpu_memory_gib < 160 else 16384
+        return Scheduler(None, chunk, 2048, 0.88, True)
+    if engine == "trtllm":
+        return Scheduler(8192, 8192, 2048, 0.9, False)
+    raise ValueError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
+
+
+def terms_for(engine: str, gpu: str, gpu_memory_gib: float) -> EngineTerms:
+    """The fitted terms of (engine, GPU), else the engine's pooled ones, else none but the
+    scheduler's defaults (an engine without measurements: kernels only, said by `fitted_on`)."""
+    from hastune.engine_fitted import FITTED
+
+    sched = scheduler_defaults(engine, gpu_memory_gib, gpu)
+    row = FITTED.get((engine, gpu)) or FITTED.get((engine, None))
+    if row is None:
+        return EngineTerms(engine, None, sched, fitted_on="no end-to-end measurements: "
+                           "kernels and scheduler defaults only")
+    fe = FrontEnd(row["frontend_s"], row.get("frontend_per_token_s", 0.0),
+                  row.get("frontend_per_stream_s", 0.0))
+    return EngineTerms(engine, gpu if (engine, gpu) in FITTED else None, sched,
+                       row["iteration_s"], row["per_seq_s"], row["kernel_scale"], fe,
+                       row.get("fitted_on", ""))
+
+
+def _section(v: TPVariant | Profile, t: EngineTerms, mem_scale: float):
+    k = t.kernel_scale
+    pre, dec = v.prefill, v.decode
+    pre2 = pre.model_copy(update={
+        "fixed_s": pre.fixed_s * k + t.iteration_s, "per_token_s": pre.per_token_s * k,
+        "per_token_sq_s": pre.per_token_sq_s * k,
+        "max_batch_tokens": t.scheduler.prefill_tokens})
+    dec2 = dec.model_copy(update={
+        "fixed_s": dec.fixed_s * k + t.iteration_s,
+        "per_seq_s": dec.per_seq_s * k + t.per_seq_s,
+        "per_context_token_s": dec.per_context_token_s * k,
+        "max_batch": t.scheduler.max_seqs})
+    upd = {"prefill": pre2, "decode": dec2}
+    if v.memory is not None:
+        upd["memory"] = v.memory.model_copy(update={"utilisation": _share(v.memory, t)})
+    return v.model_copy(update=upd)
+
+
+def _share(mem, t: EngineTerms) -> float:
+    """The memory share the engine gives weights + KV. TensorRT-LLM gives the KV cache a
+    fraction of what the weights leave free: as a share of the whole, u = f + (1 − f)·w/M."""
+    f = t.scheduler.memory_share
+    if t.engine == "trtllm":
+        return min(1.0, f + (1.0 - f) * mem.weight_bytes / mem.gpu_bytes)
+    return f
+
+
+def applies(profile: Profile) -> bool:
+    """Whether engine terms apply: profiles timed from kernel tables, not measured ones."""
+    fit = profile.fit
+    return fit is None or fit.measured is None
+
+
+def apply(profile: Profile, t: EngineTerms) -> Profile:
+    """The profile with the engine's terms in every TP (and EP) variant's iteration
+    latencies and memory; the encoder as it is."""
+    base = _section(profile, t, 1.0)
+    variants = {d: _section(v, t, 1.0) for d, v in profile.variants.items()}
+    eps = {d: {e: _section(v, t, 1.0) for e, v in m.items()}
+           for d, m in profile.ep_variants.items()}
+    return base.model_copy(update={"variants": variants, "ep_variants": eps})
+
+
+def for_profile(engine, profile: Profile) -> EngineTerms | None:
+    """The terms a recipe's `engine` (hastune.model_ref.Engine) puts on `profile`: None when
+    it turns them off (`terms: false`) or the profile was measured on a device."""
+    if not engine.terms or not applies(profile):
+        return None
+    return terms_for(engine.name, profile.gpu, profile.memory.gpu_bytes / 2**30)
+
+
+def config_defaults(config, t: EngineTerms | None):
+    """A nodg config that leaves `chunk_tokens` out runs the engine's scheduler default."""
+    if t is None or getattr(config, "architecture", None) != "nodg":
+        return config
+    if "chunk_tokens" in config.model_fields_set:
+        return config
+    return config.model_copy(update={"chunk_tokens": t.scheduler.chunk_tokens})
+
+
+def with_frontend(reqs, t: EngineTerms | None):
+    """The request set with the engine's front end (its clients' model) attached."""
+    if t is None or t.frontend.off:
+        return reqs
+    return replace(reqs, frontend=t.frontend)

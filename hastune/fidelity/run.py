@@ -1,0 +1,71 @@
+"""Simulating a measured case: the recipe it stands for, the engine terms on its profile, one
+closed-loop run, its steady-state mean TTFT and TPOT."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from hastune import engine_terms as et
+from hastune.cluster import Cluster
+from hastune.config import NoDGConfig
+from hastune.fidelity.rows import Case, model_dir
+from hastune.profile import Profile
+from hastune.recipe import Recipe
+from hastune.sim.nodg import NoDGSimulator
+from hastune.workload import sample_requests
+
+ROUNDS = 12        # requests per client in a run (the first two rounds warm up)
+MAX_REQUESTS = 4000
+
+
+@dataclass(frozen=True)
+class Simulated:
+    ttft_ms: float
+    tpot_ms: float
+    requests: int
+
+
+def recipe_for(case: Case, models: dict[str, str], path: Path,
+               rounds: int = ROUNDS) -> Recipe:
+    """The recipe a measured run stands for: its model, GPU, precision and engine, `clients`
+    closed-loop clients without think time, fixed prompt and output lengths."""
+    n = min(MAX_REQUESTS, max(case.clients * rounds, 4 * case.clients))
+    n = max(n, min(case.clients * rounds, 3 * case.clients))
+    return Recipe.model_validate({
+        "name": case.id[:80], "model": model_dir(case.model, models, path),
+        "precision": {"weights": case.weights},
+        "engine": {"name": case.engine},
+        "cluster": {"gpu": case.gpu, "gpus": case.tp, "gpus_per_node": 8,
+                    "intra_node": "nvlink-h100"},
+        "workload": {"requests": n, "arrival": {"process": "closed", "think_s": 0.0},
+                     "prompt_tokens": {"dist": "fixed", "mean": case.isl, "min": 1,
+                                       "max": case.isl},
+                     "output_tokens": {"dist": "fixed", "mean": case.osl, "min": 1,
+                                       "max": case.osl}},
+        "slo": {"ttft_s": 1e6, "tpot_s": 1e6},
+        "architecture": "nodg"})
+
+
+def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Recipe,
+             seed: int = 0) -> Simulated:
+    """One closed-loop run of the case's deployment (nodg, one replica of tp GPUs, the
+    engine's scheduler defaults) with `terms` on `base` (None: kernels only)."""
+    prof = et.apply(base, terms) if terms is not None else base
+    cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=case.tp, pp=1),
+                             terms)
+    cluster: Cluster = recipe.cluster
+    reqs = sample_requests(recipe.workload, recipe.workload.requests, seed)
+    reqs = et.with_frontend(reqs, terms)
+    pt = prof.for_tp(case.tp)  # clients start spread over a request's zero-load lifetime
+    ramp = (pt.prefill.latency(case.isl, case.isl ** 2)
+            + (case.osl - 1) * pt.decode.step(1, case.isl + case.osl / 2))
+    reqs = replace(reqs, ramp_s=float(ramp))
+    sim = NoDGSimulator(prof, cluster, cfg, warmup=0.0)
+    res = sim.run(reqs, float(case.clients))
+    tt, tp = res.ttft_measured(), res.tpot_measured()
+    ok = np.isfinite(tt)
+    return Simulated(float(np.mean(tt[ok])) * 1e3 if ok.any() else float("inf"),
+                     float(np.mean(tp[np.isfinite(tp)])) * 1e3, len(reqs))
