@@ -1,16 +1,20 @@
-"""Simulator fidelity: simulated vs measured P90 TTFT, P90 TPOT and goodput on this machine.
+"""Simulator fidelity: simulated vs measured P90 TTFT, P90 TPOT and goodput on this machine,
+before and after `hastune calibrate` re-fits the profile from the engine's own step timings.
 
-1. Profiles the reference model here (`hastune profile --model ref-small --device cpu
-   --threads 1`, one thread per worker, as the engine runs them; cached in benchmarks/.cache).
-2. For 4 deployments (epd ×2, nodg, padg; two worker processes each) of
-   benchmarks/fidelity-recipe.yaml and 3 rates each (30 / 60 / 85% of the
+1. The profile: the shipped one-core profile (profiles/cpu/ref-small-1core.yaml, one thread per
+   worker as the engine runs them); `--fresh` re-profiles here first (`hastune profile --model
+   ref-small --device cpu --threads 1`, cached in benchmarks/.cache).
+2. For 4 deployments (epd ×2, nodg, padg; two worker processes each: they fit a 2-core
+   machine) of benchmarks/fidelity-recipe.yaml and 3 rates each (30 / 60 / 85% of the
    simulated goodput), runs the simulator and the engine on the same requests and compares
    P90 TTFT and P90 TPOT; then compares the goodputs (real: the same search, 10% tolerance).
+3. Re-fits the profile from the steps the engine recorded in step 2's rate sweep
+   (hastune.calibrate.from_runs, what `hastune calibrate` runs) and prints the simulator's
+   errors again with the re-fitted profile, against the same measurements.
 
-Run: OMP_NUM_THREADS=1 python benchmarks/fidelity.py [--requests 150] [--no-goodput]
-Targets: goodput within 15%, P90 TTFT/TPOT within 20% at rates below saturation. The engine's
-workers are processes sharing this machine's cores, which the simulator (one device per
-worker) does not model: keep the rest of the machine idle while this runs.
+Run: OMP_NUM_THREADS=1 python benchmarks/fidelity.py [--requests 150] [--no-goodput] [--fresh]
+Targets: goodput within 15%, P90 TTFT/TPOT within 20% at rates below saturation, after
+calibration. Keep the rest of the machine idle while this runs (`uptime` before and after).
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from hastune.config import EPDConfig, EPDStaticConfig, NoDGConfig, PaDGConfig
 from hastune.evaluate import Evaluation
+from hastune.profile import load_profile
 from hastune.real import RealEvaluation, RealOptions
 from hastune.recipe import load_recipe
 
@@ -56,25 +63,58 @@ def name(c) -> str:
     return f"{c.architecture} {c.n_E}-{c.n_P}-{c.n_D} {knobs}"
 
 
+def report(rows: list, gp_rows: list, what: str) -> None:
+    print(f"\n== {what}")
+    for label, i in (("P90 TTFT", 0), ("P90 TPOT", 1)):
+        xs = [r[i] for r in rows]
+        print(f"{label}: median error {100 * statistics.median(xs):.0f}%, worst "
+              f"{100 * max(xs):.0f}% over {len(xs)} (config, rate) pairs")
+    if gp_rows:
+        print(f"{'config':28} {'sim goodput':>12} {'real':>8} {'err':>6}")
+        for n, gs, gr in gp_rows:
+            print(f"{n:28} {gs:12.2f} {gr:8.2f} {100 * err(gs, gr):5.0f}%")
+        es = [err(gs, gr) for _, gs, gr in gp_rows]
+        print(f"goodput: median error {100 * statistics.median(es):.0f}%, worst "
+              f"{100 * max(es):.0f}%")
+
+
+def compare(sim: Evaluation, pairs: list, pct: float, show: bool) -> list:
+    """(TTFT error, TPOT error) of the simulator against each measured (config, rate, run)."""
+    rows = []
+    for cfg, rate, reqs, r_run in pairs:
+        s_run = sim.simulator(cfg).run(reqs, rate)
+        st, rt = s_run.percentile("ttft", pct), r_run.percentile("ttft", pct)
+        sp, rp = s_run.percentile("tpot", pct), r_run.percentile("tpot", pct)
+        rows.append((err(st, rt), err(sp, rp)))
+        if show:
+            print(f"{name(cfg):28} {rate:6.2f} {st * 1e3:7.1f}ms {rt * 1e3:6.1f}ms "
+                  f"{100 * rows[-1][0]:5.0f}% {sp * 1e3:7.1f}ms {rp * 1e3:6.1f}ms "
+                  f"{100 * rows[-1][1]:5.0f}%", flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--requests", type=int, default=150)
     ap.add_argument("--no-goodput", action="store_true")
-    ap.add_argument("--fresh", action="store_true", help="re-profile")
+    ap.add_argument("--fresh", action="store_true", help="re-profile here first")
     ap.add_argument("--configs", choices=("two-worker", "all"), default="two-worker")
     args = ap.parse_args()
-    prof = ROOT / "benchmarks" / ".cache" / "ref-small-1thread.yaml"
-    if args.fresh or not prof.exists():
+    prof = ROOT / "profiles" / "cpu" / "ref-small-1core.yaml"
+    if args.fresh:
+        prof = ROOT / "benchmarks" / ".cache" / "ref-small-1thread.yaml"
         prof.parent.mkdir(exist_ok=True)
         subprocess.run([sys.executable, "-m", "hastune", "profile", "--model", "ref-small",
-                        "--device", "cpu", "--threads", "1", "--out", str(prof)]
-                       + (["--fresh"] if args.fresh else []), check=True)  # else: refit rows
+                        "--device", "cpu", "--threads", "1", "--out", str(prof), "--fresh"],
+                       check=True)
     rec = load_recipe(ROOT / "benchmarks" / "fidelity-recipe.yaml")
     rec = rec.model_copy(update={"profile": str(prof)})
     sim = Evaluation(rec, requests=args.requests)
-    real = RealEvaluation(rec, RealOptions(requests=args.requests, max_span_s=60.0))
+    # --configs all: three workers on a 2-core machine run oversubscribed (and say so)
+    real = RealEvaluation(rec, RealOptions(requests=args.requests, max_span_s=60.0,
+                                           oversubscribe=args.configs == "all"))
     pct = rec.slo.percentile
-    rows, gp_rows = [], []
+    pairs, goodputs = [], []
     print(f"{'config':28} {'rate':>6} {'TTFT sim':>9} {'real':>8} {'err':>6} "
           f"{'TPOT sim':>9} {'real':>8} {'err':>6}")
     for cfg in CONFIGS + (THREE_WORKERS if args.configs == "all" else []):
@@ -82,30 +122,30 @@ def main() -> None:
         for frac in (0.3, 0.6, 0.85):
             rate = round(frac * g_sim.goodput_rps, 3)
             reqs = real.requests_at(rate)
-            s_run = sim.simulator(cfg).run(reqs, rate)
-            r_run = real.run(cfg, rate)
-            st, rt = s_run.percentile("ttft", pct), r_run.percentile("ttft", pct)
-            sp, rp = s_run.percentile("tpot", pct), r_run.percentile("tpot", pct)
-            rows.append((err(st, rt), err(sp, rp)))
-            print(f"{name(cfg):28} {rate:6.2f} {st * 1e3:7.1f}ms {rt * 1e3:6.1f}ms "
-                  f"{100 * rows[-1][0]:5.0f}% {sp * 1e3:7.1f}ms {rp * 1e3:6.1f}ms "
-                  f"{100 * rows[-1][1]:5.0f}%")
+            pairs.append((cfg, rate, reqs, real.run(cfg, rate)))
         real.close()
+        sweep_steps = list(real.steps)
         if not args.no_goodput:
-            g_real = real.goodput(cfg)
-            gp_rows.append((name(cfg), g_sim.goodput_rps, g_real.goodput_rps))
-    print()
-    for what, i in (("P90 TTFT", 0), ("P90 TPOT", 1)):
-        xs = [r[i] for r in rows]
-        print(f"{what}: median error {100 * statistics.median(xs):.0f}%, worst "
-              f"{100 * max(xs):.0f}% over {len(xs)} (config, rate) pairs")
-    if gp_rows:
-        print(f"\n{'config':28} {'sim goodput':>12} {'real':>8} {'err':>6}")
-        for n, gs, gr in gp_rows:
-            print(f"{n:28} {gs:12.2f} {gr:8.2f} {100 * err(gs, gr):5.0f}%")
-        es = [err(gs, gr) for _, gs, gr in gp_rows]
-        print(f"goodput: median error {100 * statistics.median(es):.0f}%, worst "
-              f"{100 * max(es):.0f}%")
+            goodputs.append((cfg, g_sim.goodput_rps, real.goodput(cfg).goodput_rps))
+        real.steps = sweep_steps  # calibrate from the sweeps' runs only
+    rows = compare(sim, pairs, pct, show=True)
+    report(rows, [(name(c), gs, gr) for c, gs, gr in goodputs], f"profile {prof.name}")
+
+    from hastune.calibrate.from_runs import recalibrate
+
+    new, fits = recalibrate(load_profile(prof), [p["workers"] for p in real.steps])
+    print("\nre-fitted from the sweeps' engine steps (median / P90 error before → after):")
+    for f in fits:
+        print(f"  {f.stage:8} {f.rows:6d} steps  {f.before['median_pct']:.1f}% / "
+              f"{f.before['p90_pct']:.1f}% → {f.after['median_pct']:.1f}% / "
+              f"{f.after['p90_pct']:.1f}%  ({f.method})")
+    out = ROOT / "benchmarks" / ".cache" / "ref-small-calibrated.yaml"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(yaml.safe_dump(new.model_dump(mode="json"), sort_keys=False))
+    sim2 = Evaluation(rec.model_copy(update={"profile": str(out)}), requests=args.requests)
+    rows2 = compare(sim2, pairs, pct, show=False)
+    gp2 = [(name(c), sim2.goodput(c).goodput_rps, gr) for c, _, gr in goodputs]
+    report(rows2, gp2, f"after calibration ({out.relative_to(ROOT)})")
 
 
 if __name__ == "__main__":

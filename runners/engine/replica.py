@@ -37,7 +37,7 @@ from runners.engine.messages import (
     STOP,
 )
 from runners.engine.steplog import FLUSH
-from runners.engine.workers import _setup, guarded, step_log
+from runners.engine.workers import _setup, encoder_tokens, guarded, step_log
 
 MODALITIES = ("image", "video", "audio")
 FIELDS = (
@@ -118,7 +118,7 @@ def _encode(model: Any, reqs: list[_Req], log: Any) -> float:
     embs = model.encode([r.payload for r in mm])
     dur = time.monotonic() - t0
     if log.on:
-        x = [model.token_counts(r.payload)[0] for r in mm]
+        x = encoder_tokens(model, [r.payload for r in mm], embs)
         log.add("encode", t0, dur, len(mm), sum(x), sq=sum(v * v for v in x))
     for r, e in zip(mm, embs):
         r.emb = e

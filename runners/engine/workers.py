@@ -43,6 +43,16 @@ def step_log(name: str, opts: dict, events: Any) -> StepLog:
     return StepLog(name, events, on=opts.get("record_steps", True))
 
 
+def encoder_tokens(model: Any, payloads: list, embs: list) -> list[int]:
+    """Each payload's encoder input tokens, for the step log: the model's token_counts when
+    it has its own (the default one encodes again: then the embeddings' rows)."""
+    from runners.model.base import ServingModel
+
+    if type(model).token_counts is ServingModel.token_counts:
+        return [int(e.shape[0]) for e in embs]
+    return [int(model.token_counts(p)[0]) for p in payloads]
+
+
 def handoff(log: StepLog, kind: str, job: Job, tokens: int, now: float) -> None:
     """An item's hand-off from its sender's put (job.stamps["sent"]) to this get."""
     sent = job.stamps.pop("sent", None)
@@ -281,7 +291,7 @@ def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
             embs = model.encode(payloads)
         t = time.monotonic()
         if log.on:
-            x = [model.token_counts(p)[0] for p in payloads]
+            x = encoder_tokens(model, payloads, embs)
             log.add("encode", t0, t - t0, len(batch), sum(x), 0, share, overlap,
                     sum(v * v for v in x))
         events.put((EV_SPLIT, -1, name, t, part.report()))  # shares and counts so far
