@@ -98,3 +98,28 @@ def test_steps_off_records_nothing():
     _, rec, _ = _run(EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=1, B=2, s=0.0), n=6,
                      record_steps=False)
     assert rec.steps == {}
+
+
+def test_encoder_tokens_never_encode_twice():
+    """The step log counts encoder tokens with the model's own token_counts; the
+    ServingModel default would encode the payload again, so then it counts the rows."""
+    torch = pytest.importorskip("torch")
+    from runners.engine.workers import encoder_tokens
+    from runners.model.base import Payload, ServingModel
+    from tests.runners.toy_model import ToyModel
+
+    class Counting(ToyModel):
+        calls = 0
+
+        def encode(self, payloads):
+            self.calls += len(payloads)
+            return [torch.zeros(3, 8) for _ in payloads]
+
+        token_counts = ServingModel.token_counts  # the default: encode and count
+
+    ps = [Payload("image", torch.zeros(3, 8, 8)) for _ in range(4)]
+    m = Counting()
+    embs = m.encode(ps)
+    assert encoder_tokens(m, ps, embs) == [3] * 4 and m.calls == 4  # no second encode
+    toy = ToyModel()
+    assert encoder_tokens(toy, ps, toy.encode(ps)) == [toy.token_counts(p)[0] for p in ps]
