@@ -190,7 +190,8 @@ def shares_part(torch: Any, green: Any, args: argparse.Namespace, out: dict) -> 
 def serve_part(args: argparse.Namespace, out: dict) -> bool:
     cmd = [sys.executable, "-m", "hastune", "serve", str(ROOT / args.config), "--recipe",
            str(ROOT / args.recipe), "--model", args.serve_model, "--device", "cuda",
-           "--rate", str(args.rate), "--requests", str(args.requests), "--json"]
+           "--rate", str(args.rate), "--requests", str(args.requests), "--json",
+           "--oversubscribe"]  # its workers share one GPU (one per worker otherwise)
     print("$ " + " ".join(cmd), flush=True)
     t0 = time.perf_counter()
     try:
