@@ -151,9 +151,11 @@ def plan(
     except storage_errors() as exc:
         fail([f"the study's storage failed ({one_line(exc)}); finished trials are kept: fix "
               "it and run the same command to resume"])
-    except KeyboardInterrupt:
-        con.print("interrupted: finished trials are in the studies; run the same command "
-                  "to resume")
+    except KeyboardInterrupt:  # typer would turn it into a silent 130
+        from hastune.cli.report import emit_error
+
+        emit_error(EXIT_INTERRUPTED, "interrupted: finished trials are in the studies",
+                   fix="run the same command again to resume")
         sys.exit(EXIT_INTERRUPTED)
     d = res.as_dict()
     if as_json:

@@ -120,6 +120,17 @@ def test_ceilings_bound_every_budgets_grid_best(world):
             assert v <= tops[g]
 
 
+def test_an_unmeetable_slo_rules_out_every_count_unsimulated(world, tmp_path):
+    data = yaml.safe_load(world["recipe"].read_text())
+    data["slo"]["tpot_s"] = 1e-4
+    p = world["recipe"].parent / "impossible.yaml"
+    p.write_text(yaml.safe_dump(data))
+    res = Planner(load_recipe(p), 1.0, TuneOptions(out=str(tmp_path / "o"))).run()
+    assert {s.status for s in res.steps} == {INFEASIBLE} and not res.tuned
+    assert res.exit_code == EXIT_NO_CONFIG and "survives pruning" in res.why_not()
+    assert not (tmp_path / "o").exists()  # nothing was tuned, so no study was opened
+
+
 def test_budget_recipe_changes_only_the_gpus(world):
     rec = load_recipe(world["recipe"])
     two = budget_recipe(rec, 2)
@@ -164,3 +175,36 @@ def test_cli_refuses_bad_input_with_exit_2(tmp_path):
         r = hastune("plan", str(rec), *args, "--out", str(tmp_path / "o"), "--json")
         assert r.returncode == 2, r.stderr
         assert json.loads(r.stdout)["field"] in ("--rate", "--search")
+
+
+def test_ctrl_c_exits_130_with_the_trials_kept(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import optuna
+
+    out = tmp_path / "o"
+    p = subprocess.Popen([sys.executable, "-m", "hastune", "plan",
+                          str(ROOT / "examples" / "audio-ultravox-8xa100.yaml"), "--rate", "120",
+                          "--trials", "6", "--out", str(out), "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    db = f"sqlite:///{out / 'study.db'}"
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 180:  # until the first count has an evaluation recorded
+        time.sleep(0.5)
+        try:
+            st = optuna.load_study(study_name="audio-ultravox-8xa100-epd-g5", storage=db)
+        except Exception:  # noqa: BLE001 - not created yet
+            continue
+        if any(t.user_attrs.get("evaluated") for t in st.get_trials(deepcopy=False)):
+            break
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130, stderr
+    assert json.loads(stdout)["exit_code"] == 130 and "interrupted" in stderr
+    st = optuna.load_study(study_name="audio-ultravox-8xa100-epd-g5", storage=db)
+    assert any(t.user_attrs.get("evaluated") for t in st.get_trials(deepcopy=False))
