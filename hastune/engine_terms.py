@@ -96,16 +96,20 @@ def scheduler_defaults(engine: str, gpu_memory_gib: float, gpu: str = "") -> Sch
     GPUs of ≥ 70 GiB other than A100, else 2048 and 256, gpu_memory_utilization 0.9; SGLang
     server_args.py — chunked_prefill_size 2048 under 35 GB, 8192 under 160 GB, else 16384,
     prefill batches separate from decoding unless --enable-mixed-chunk, mem_fraction_static
-    about 0.88; TensorRT-LLM — max_num_tokens 8192, max_batch_size 2048, context and
-    generation requests in one in-flight batch, free_gpu_memory_fraction 0.9 of what the
-    weights leave, KV reserved up front by the default GUARANTEED_NO_EVICT policy)."""
+    about 0.88, admission against an estimate of the outputs; TensorRT-LLM — max_num_tokens
+    8192, max_batch_size 2048, context and generation requests in one in-flight batch,
+    free_gpu_memory_fraction 0.9 of what the weights leave, KV reserved up front by the
+    default GUARANTEED_NO_EVICT policy). vLLM's KV is paged, on demand, with preemption
+    (Profile.kv_on_demand, hastune.sim.nodg_paged)."""
     big = gpu_memory_gib >= 70 and "a100" not in gpu.lower()
     if engine == "vllm":
         return Scheduler(8192 if big else 2048, 8192 if big else 2048, 1024 if big else 256,
                          0.9, True)
     if engine == "sglang":
         chunk = 2048 if gpu_memory_gib < 35 else 8192 if gpu_memory_gib < 160 else 16384
-        return Scheduler(None, chunk, 2048, 0.88, True)
+        # admission reserves an estimate of each output (new_token_ratio, 0.7 of max_new_tokens
+        # at first): modelled as a reservation, not as vLLM's on-demand KV
+        return Scheduler(None, chunk, 2048, 0.88, False)
     if engine == "trtllm":
         return Scheduler(8192, 8192, 2048, 0.9, False)
     raise ValueError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
@@ -168,7 +172,8 @@ def apply(profile: Profile, t: EngineTerms) -> Profile:
     variants = {d: _section(v, t, 1.0) for d, v in profile.variants.items()}
     eps = {d: {e: _section(v, t, 1.0) for e, v in m.items()}
            for d, m in profile.ep_variants.items()}
-    return base.model_copy(update={"variants": variants, "ep_variants": eps})
+    return base.model_copy(update={"variants": variants, "ep_variants": eps,
+                                   "kv_on_demand": t.scheduler.preempts})
 
 
 def for_profile(engine, profile: Profile) -> EngineTerms | None:

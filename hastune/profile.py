@@ -255,8 +255,10 @@ class Profile(_Strict):
     min_pp: int = Field(default=1, ge=1, le=16, description="pipeline stages the weights need "
                         "to fit at these TP degrees (> 1: a model larger than one node)")
     fit: FitRecord | None = None
+    kv_on_demand: bool = Field(default=False, description="KV taken as tokens come, requests "
+                               "preempted when it runs out (vLLM, SGLang; engine_terms)")
     path: str | None = Field(default=None, exclude=True)
-    _since: ClassVar[tuple[str, ...]] = ("ep_variants", "min_pp")
+    _since: ClassVar[tuple[str, ...]] = ("ep_variants", "min_pp", "kv_on_demand")
 
     @model_validator(mode="after")
     def _fits(self) -> Profile:

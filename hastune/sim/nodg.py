@@ -52,4 +52,8 @@ class NoDGSimulator:
                                       ep=config.ep) for i in range(config.replicas)]
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
+        if self.profile.kv_on_demand:  # paged KV with preemption (hastune.sim.nodg_paged)
+            from hastune.sim.nodg_paged import _PagedRun
+
+            return _PagedRun(self, reqs, rate).go()
         return _Run(self, reqs, rate).go()

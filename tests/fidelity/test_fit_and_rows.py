@@ -33,9 +33,9 @@ def _write(tmp_path: Path, rows: list[str]) -> Path:
 
 
 @st.composite
-def problems(draw):
+def problems(draw, least: int = 6):
     """Cases whose measured values are exactly a form · θ for a θ inside the bounds."""
-    n = draw(st.integers(6, 30))
+    n = draw(st.integers(least, 30))
     theta = np.array([draw(st.floats(lo, hi)) for lo, hi in
                       ((0.6, 2.0), (0, 5e-3), (0, 1e-4), (0, 0.05), (0, 5e-3))])
     rng = np.random.default_rng(draw(st.integers(0, 10_000)))
@@ -62,11 +62,12 @@ def test_fit_reproduces_measurements_made_by_its_own_model(p):
     np.testing.assert_allclose(pred[:, 1], mp, rtol=2e-3)
 
 
-@given(problems(), st.floats(20, 200))
+@given(problems(least=15), st.floats(20, 200))
 @settings(max_examples=20, deadline=None)
 def test_one_wild_case_does_not_pull_the_rest(p, factor):
     """A case measured `factor` × off (an engine out of KV cache) moves the others' fitted
-    predictions by little: the loss is soft-L1 in the log error."""
+    predictions by little (with 15 cases or more for 5 terms): the loss is soft-L1 in the
+    log error."""
     forms, mt, mp = p
     mt2 = mt.copy()
     mt2[0] *= factor

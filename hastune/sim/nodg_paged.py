@@ -1,0 +1,167 @@
+"""nodg with KV on demand (Profile.kv_on_demand: vLLM's and SGLang's paged KV, set by
+hastune.engine_terms): a request is admitted when its prompt's KV fits beside what the running
+requests hold now — not beside their whole outputs — and its KV grows by one token per decode
+step. When the next step would not fit, the most recently admitted running request is
+preempted, as vLLM V1 does (`running.pop()`): its KV is freed and it goes back to the head of
+the queue, to prefill its prompt and the tokens it had made again (recompute) and go on from
+there; its first token keeps its time, and the stall shows in its TPOT.
+
+The run is the event-by-event one of hastune.sim.nodg_run (`ahead` off: every iteration an
+event, the shared loop), with admission against the live KV (`PagedDecode.reserved` is the
+batch's context) and decode stretches that end at the step where KV would run out
+(`PagedDecode.next_finish`)."""
+
+from __future__ import annotations
+
+import math
+from heapq import heapify
+
+from hastune.policies import Prompt
+from hastune.sim.events import PRIO_DONE
+from hastune.sim.instance import ReplicaDecode
+from hastune.sim.nodg_plan import STEP
+from hastune.sim.nodg_run import _Run
+
+
+class PagedDecode(ReplicaDecode):
+    """A decode batch whose KV is its context (no reservation), bounded by the scheduler's
+    share of the instance's KV."""
+
+    __slots__ = ("sched",)
+
+    @property
+    def reserved(self) -> float:  # what admission compares: the KV held now
+        return self.S + self.n * self.step
+
+    @reserved.setter
+    def reserved(self, v: float) -> None:  # ReplicaDecode's reservations do not apply
+        pass
+
+    def room(self) -> int:
+        """Decode steps that fit before the KV runs out (with the prefilling prompts')."""
+        n = self.n
+        free = self.sched.kv_cap - self.sched.reserved - (self.S + n * self.step)
+        return int(free // n) if n else 1 << 62
+
+    def next_finish(self) -> tuple[float, int] | None:
+        if self.n == 0:
+            return None
+        s = min(self.running[0][0], self.step + max(self.room(), 1))
+        return self.time_of(s - self.step), s
+
+
+class _PagedRun(_Run):
+    ahead = False
+
+    def __init__(self, sim, reqs, rate: float):
+        super().__init__(sim, reqs, rate)
+        for rp in self.reps:
+            d = PagedDecode(rp.tm.decode, rp.tm.first_gpu)
+            d.sched = rp.sched
+            rp.dec = d
+        self.early_ok = False
+        n = len(self.out_tok)
+        self.gen = [0] * n        # tokens made before the current stretch of decoding
+        self.joined = [0] * n     # the decode step it (re)joined at
+        self.order = [0] * n      # admission order (the victim is the newest)
+        self.redo: dict[int, int] = {}  # preempted: tokens made, to recompute
+        self.preempted = 0
+        self.seq_join = 0
+
+    def arrive(self, q: int, t: float) -> None:
+        self.next_arrival = q + 1
+        k = self.pick()
+        rp = self.reps[k]
+        pre = self.pre_tok[q]
+        p = rp.sched.queue(q, pre, pre)  # the prompt's KV only
+        if p is None:
+            self.rejected.append(q)
+            self.t_first[q] = self.t_last[q] = math.inf
+            self.done(k, q, t)
+            return
+        d = rp.dec
+        if not rp.active:
+            rp.active = True
+            rp.busy_since = t
+            d.t0 = t
+        elif rp.in_iter:
+            return
+        else:  # decoding only: the next step boundary takes it
+            tb, sb = d.boundary(t)
+            if tb < rp.ev_t:
+                rp.ver += 1
+                rp.ev_t = tb
+                rp.target = sb
+                self.heap_push(k, rp, tb)
+            return
+        self.plan(k, t)
+
+    def heap_push(self, k: int, rp, t: float) -> None:
+        from heapq import heappush
+
+        heappush(self.heap, (t, PRIO_DONE, next(self.seq), STEP, k, rp.ver))
+
+    def step(self, k: int, t: float) -> None:
+        rp = self.reps[k]
+        d = rp.dec
+        fin = ()
+        if rp.in_iter:
+            rp.in_iter = False
+            if rp.decodes:
+                fin = d.advance(t, rp.target, self.t_last)
+            else:
+                d.t0 = t
+            pf = rp.sched.prefilling
+            if pf[0].done >= pf[0].total:
+                for p in rp.sched.pop_done():
+                    self.joins(k, d, p, t)
+        else:
+            fin = d.advance(t, rp.target, self.t_last)
+        if fin:
+            self.release(k, len(fin))
+            if self.closed:
+                for e in fin:
+                    self.loop.finished(e[1], t)
+        self.make_room(rp)
+        self.plan(k, t)
+
+    def joins(self, k: int, d: PagedDecode, p, t: float) -> None:
+        """A prompt (or a preempted request's recompute) finished prefilling at t."""
+        q = p.req
+        g = self.redo.pop(q, 0)
+        if not g:
+            self.t_first[q] = t
+        left = self.out_tok[q] - g
+        if left <= 1:
+            self.t_last[q] = t
+            self.done(k, q, t)
+            return
+        self.gen[q] = g + 1
+        self.joined[q] = d.step
+        self.seq_join += 1
+        self.order[q] = self.seq_join
+        d.join(q, p.total + 1.0, left, 0.0)
+
+    def make_room(self, rp) -> None:
+        """Preempt the newest running requests while the next decode step would not fit."""
+        d, sched = rp.dec, rp.sched
+        order = self.order
+        while d.n and d.S + d.n * (d.step + 1) + sched.reserved > sched.kv_cap:
+            run = d.running
+            i = max(range(len(run)), key=lambda j: order[run[j][1]])
+            e = run[i]
+            run[i] = run[-1]
+            run.pop()
+            heapify(run)
+            d.n -= 1
+            d.S -= e[2]
+            q = e[1]
+            g = self.gen[q] + (d.step - self.joined[q])
+            self.redo[q] = g
+            sched.waiting.appendleft(Prompt(q, self.pre_tok[q] + g, self.pre_tok[q] + g))
+            self.preempted += 1
+
+    def result(self):
+        res = super().result()
+        res.extra["preemptions"] = float(self.preempted)
+        return res
