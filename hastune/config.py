@@ -18,6 +18,7 @@ from hastune.errors import InputError, from_pydantic
 from hastune.yamlio import read_yaml_mapping
 
 AnyConfig = ConfigBase  # any architecture's config (for annotations)
+TARGET_KEY = "target"  # best_config.yaml's block of what the deployment is for
 _ADAPTERS: dict[tuple[str, ...], TypeAdapter[Any]] = {}
 
 
@@ -31,6 +32,8 @@ def _adapter() -> TypeAdapter[Any]:
 
 
 def parse_config(data: dict, file: str | Path | None = None) -> ConfigBase:
+    if TARGET_KEY in data:  # what it was tuned for (hastune.export.target), not a knob
+        data = {k: v for k, v in data.items() if k != TARGET_KEY}
     if "architecture" not in data:
         raise InputError(file, "architecture", "missing",
                          f"add architecture: one of {', '.join(archs.NAMES)}")

@@ -37,6 +37,7 @@ def _register() -> None:
     from hastune.cli import (  # noqa: F401  (commands register)
         calibrate,
         evaluate,
+        export,
         fidelity,
         model,
         plan,

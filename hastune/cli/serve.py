@@ -44,6 +44,9 @@ def serve(
                                        "this machine has, workers sharing them (its timings "
                                        "are then not comparable with the simulator's; "
                                        "default: refused, exit 2)"),
+    ignore_target: bool = typer.Option(False, "--ignore-target", help="run a config whose "
+                                       "target: block names another model or GPU than the "
+                                       "one served here (its architecture only)"),
 ) -> None:
     """Start the engine's workers for CONFIG. With --recipe, run one load of --requests at
     --rate and report every request as completed, rejected at arrival (admission control
@@ -63,6 +66,9 @@ def serve(
 
     cfg = load_config(config)
     check_config(cfg, config)
+    if not ignore_target:
+        check_target(config, model or (load_recipe(recipe).model if recipe else "ref-small"),
+                     device)
     if rate <= 0 or requests <= 0:
         raise InputError(None, "--rate/--requests", "must be > 0", "give positive values")
     if not 0 <= admit < 1e6:  # also refuses nan
@@ -140,6 +146,39 @@ def serve(
         eng.stop()
     if code:
         raise typer.Exit(code)
+
+
+def check_target(config: Path, name: str, device: str) -> None:
+    """Refuse to serve a config tuned for another model or GPU (its `target:` block) than
+    `name` on `device`: hastune's engine would run something else than was tuned."""
+    from hastune.errors import InputError
+    from hastune.export.target import gpu_matches, read_target
+
+    t = read_target(config)
+    if t is None:
+        return
+    what = f"{config} was tuned for {t.model_label} on {t.gpus} x {t.gpu}"
+    fix = (f"deploy it on its engine: hastune export {config} --engine vllm (or sglang, "
+           "dynamo); or pass --ignore-target to run its architecture with this model here")
+    if name != t.model:
+        raise InputError(config, "target.model", f"{what}; serve would run model {name!r} on "
+                         f"{device}", fix)
+    dev = _device_name(device)
+    if not gpu_matches(t.gpu, dev):
+        raise InputError(config, "target.gpu", f"{what}; this machine's {device} is {dev}",
+                         fix)
+
+
+def _device_name(device: str) -> str:
+    if not device.startswith("cuda"):
+        return "a CPU" if device == "cpu" else device
+    try:
+        import torch
+
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        return torch.cuda.get_device_name(idx)
+    except Exception:  # noqa: BLE001  (no torch, no CUDA, a bad index: not the target's GPU)
+        return f"{device} (no such CUDA device here)"
 
 
 def _report(run, res, slo, name: str, seed: int) -> dict:

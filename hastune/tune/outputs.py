@@ -9,9 +9,11 @@ from typing import Any
 import optuna
 import yaml
 
-from hastune.config import dump_config, parse_config
+from hastune.config import TARGET_KEY, dump_config, parse_config
+from hastune.export.target import build_target, dump_target
 from hastune.goodput import GoodputResult
 from hastune.jsonio import dumps
+from hastune.tune.candidates import candidates, write_csv
 from hastune.tune.runner import Tuner, evaluated_trials
 
 
@@ -94,6 +96,8 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
     if final is not None and final.best_run is not None:
         out["at_goodput"] = {k: v for k, v in final.best_run.summary(rec.slo).items()
                              if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}
+    out["candidates"] = candidates(study, rec.slo, best_at=out.get("at_goodput"),
+                                   best_number=bt.number if bt else None)
     return out
 
 
@@ -121,13 +125,21 @@ def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
     written = []
     if summary["best_config"]:
         cfg = parse_config(summary["best_config"])
+        target = build_target(tuner.recipe, cfg, summary["goodput_rps"], tuner.recipe_sha256)
         header = (f"# Best deployment found by `hastune tune` for recipe {tuner.recipe.name}:\n"
                   f"# P{tuner.recipe.slo.percentile:g} goodput {summary['goodput_rps']:.3f} "
                   f"req/s on {cfg.gpus} GPUs (sampler {tuner.opts.sampler}, seed "
-                  f"{tuner.seed}). Run it: hastune evaluate RECIPE --config this-file\n")
+                  f"{tuner.seed}). Simulate it: hastune evaluate RECIPE --config this-file;\n"
+                  f"# deploy it: hastune export this-file --engine vllm|sglang|dynamo "
+                  f"(`target:` says what it is for)\n")
         p = out / "best_config.yaml"
-        p.write_text(header + yaml.safe_dump(dump_config(cfg), sort_keys=False))
+        p.write_text(header + yaml.safe_dump(dump_config(cfg), sort_keys=False)
+                     + yaml.safe_dump({TARGET_KEY: dump_target(target)}, sort_keys=False))
         written.append(p)
+        written += write_deploy(out, p, cfg, target, summary)
+    p = out / "candidates.csv"
+    write_csv(summary.get("candidates", []), p)
+    written.append(p)
     p = out / "summary.json"
     p.write_text(dumps(summary))  # the same text `--json` prints
     written.append(p)
@@ -137,6 +149,23 @@ def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
     if plots:
         written += write_plots(out, summary, final, tuner)
     return written
+
+
+def write_deploy(out: Path, config_file: Path, cfg: Any, target: Any,
+                 summary: dict[str, Any]) -> list[Path]:
+    """DIR/deploy/<engine>/: the launch files for the engine the recipe names (vLLM unless
+    it names SGLang; none for TensorRT-LLM, said in the summary)."""
+    from hastune.export import export
+
+    engine = target.engine.name
+    if engine not in ("vllm", "sglang"):
+        summary["deploy"] = {"engine": engine, "written": False,
+                             "why": f"hastune export has no {engine} launch files"}
+        return []
+    res = export(cfg, target, engine, out / "deploy" / engine, config_file=str(config_file))
+    summary["deploy"] = {"engine": engine, "dir": str(res.out), "written": res.written,
+                         "not_expressed": res.plan.notes, "blocking": res.plan.blocking}
+    return [res.out]
 
 
 def write_plots(out: Path, summary: dict[str, Any], final: GoodputResult | None,

@@ -263,6 +263,9 @@ class Tuner:
             "source": source, "probes": len(res.probes), "early_stopped": res.early_stopped,
             "wall_s": time.perf_counter() - t0, "gpus": cfg.gpus,
         }
+        if res.best_run is not None and res.goodput_rps > 0:  # P90s at goodput (candidates.csv)
+            attrs["at_goodput"] = {k: v for k, v in res.best_run.summary(self.recipe.slo).items()
+                                   if k in ("ttft_p90_s", "tpot_p90_s", "attainment")}
         try:
             for k, v in attrs.items():
                 trial.set_user_attr(k, v)

@@ -1,0 +1,181 @@
+"""`hastune export`: a tuned config as the launch files of an engine people run.
+
+    export(cfg, target, "vllm", out)  ->  out/{encode,prefill,decode,replica,router}.sh,
+                                          out/launch.sh, out/README.md
+
+Engines: vllm and sglang (shell scripts, hastune.export.engines), dynamo (a
+DynamoGraphDeployment manifest, hastune.export.dynamo), runners (hastune's own engine, `hastune
+serve`). Every emitted flag is checked against the pinned version's flag set first
+(hastune.export.flags); what an engine cannot express is written in README.md and returned in
+`notes` (knobs it drops) and `blocking` (the deployment itself: then no script is written
+unless `closest`, which emits the nearest expressible deployment and lists what changed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hastune import archs
+from hastune.archs.base import ConfigBase
+from hastune.export import flags as flagsets
+from hastune.export.flags import Command
+from hastune.export.plan import Plan, plan
+from hastune.export.target import Target
+
+ENGINES = ("vllm", "sglang", "dynamo", "runners")
+
+
+@dataclass
+class ExportResult:
+    engine: str
+    out: Path
+    plan: Plan
+    files: list[Path] = field(default_factory=list)
+    commands: list[Command] = field(default_factory=list)
+
+    @property
+    def written(self) -> bool:
+        return not self.plan.blocking
+
+    def lines(self) -> list[str]:
+        """What to print: where the files are, what was left out or changed."""
+        p = self.plan
+        out = []
+        if p.blocking:
+            out.append(f"{self.engine}: this deployment cannot be expressed; nothing to launch "
+                       f"was written (see {self.out / 'README.md'}):")
+            out += [f"  - {b}" for b in p.blocking]
+            out.append("  pass --closest for the nearest deployment the engine can run")
+            return out
+        out.append(f"{self.engine}: wrote {len(self.files)} files to {self.out}"
+                   + (f" (start: bash {self.out / 'launch.sh'})"
+                      if (self.out / "launch.sh").exists() else ""))
+        if p.closest:
+            out.append("  closest expressible deployment, not the tuned one:")
+            out += [f"  - {c}" for c in p.closest]
+        if p.notes:
+            out.append("  not expressed by the engine:")
+            out += [f"  - {n}" for n in p.notes]
+        return out
+
+
+def model_arg(t: Target) -> str:
+    if t.hf_repo:
+        return t.hf_repo
+    if t.model_config_path:
+        return str(Path(t.model_config_path).parent)
+    return t.model
+
+
+def check_commands(cmds: list[Command]) -> None:
+    bad = [f"{c.name}: {p}" for c in cmds for p in flagsets.problems(c)]
+    if bad:  # a bug of hastune's, never the user's input
+        raise AssertionError("emitted flags the pinned engine does not accept: " + "; ".join(bad))
+
+
+def export(cfg: ConfigBase, target: Target, engine: str, out: str | Path,
+           closest: bool = False, dummy: bool = False, config_file: str | None = None,
+           backend: str | None = None) -> ExportResult:
+    """Write the launch files of `cfg` for `engine` into `out` (created)."""
+    from hastune.export import readme
+
+    out = Path(out)
+    p = plan(cfg, target.gpus_per_node, closest=closest)
+    if engine == "runners":
+        p = _runners_plan(cfg, p)
+    res = ExportResult(engine, out, p)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.sh"):  # a previous export's scripts are not this one's
+        old.unlink()
+    if not p.blocking:
+        if engine in ("vllm", "sglang"):
+            res.files += _write_scripts(res, cfg, target, engine, dummy)
+        elif engine == "dynamo":
+            from hastune.export.dynamo import write_manifest
+
+            res.files += write_manifest(res, target, backend or _backend(target), dummy)
+        else:
+            res.files += _write_runners(out, config_file)
+    res.files.append(readme.write(res, cfg, target))
+    return res
+
+
+def _backend(t: Target) -> str:
+    return t.engine.name if t.engine.name in ("vllm", "sglang") else "vllm"
+
+
+def _write_scripts(res: ExportResult, cfg: ConfigBase, t: Target, engine: str,
+                   dummy: bool) -> list[Path]:
+    from hastune.export.engines import COMMANDS
+    from hastune.export.scripts import launch_script, role_script
+
+    p = res.plan
+    cmds = COMMANDS[engine](p, t, dummy)
+    check_commands(cmds)
+    res.commands = cmds
+    title = (f"{archs.get(cfg.architecture).describe(cfg)} for {t.model} on {t.gpu}, "
+             f"{flagsets.pinned(cmds[0].program)}")
+    order: list[tuple[str, list[Command]]] = []
+    by_role = {i.name: i.role for i in p.instances}
+    setup = f'mkdir -p "{_ec_dir()}"\n' if engine == "vllm" and p.shape == "epd" else ""
+    for role in p.roles:
+        mine = [c for c in cmds if by_role.get(c.name) == role]
+        order.append((f"{role}.sh", mine))
+    front = [c for c in cmds if c.name in ("router", "proxy")]
+    order.append(("router.sh", front))
+    files = []
+    model = model_arg(t)
+    for script, mine in order:
+        role = script[:-3]
+        text = role_script(role, mine, model, p.nodes, f"{role}: {title}",
+                           extra=role != "router",
+                           setup=(setup if role == "encode" else "")
+                           + (_vllm_src() if front and front[0].program == "vllm-epd-proxy"
+                              and role == "router" else ""))
+        files.append(_write(res.out / script, text))
+    files.append(_write(res.out / "launch.sh", launch_script(order, model, p.nodes,
+                                                             f"launch: {title}")))
+    return files
+
+
+def _ec_dir() -> str:
+    from hastune.export.engines import EC_PATH
+
+    return EC_PATH
+
+
+def _vllm_src() -> str:
+    return ('VLLM_SRC="${VLLM_SRC:-./vllm}"  # a checkout of vLLM v0.33.0: the EPD proxy is '
+            "one of its examples, not in the wheel\n")
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    if path.suffix == ".sh":
+        path.chmod(0o755)
+    return path
+
+
+def _runners_plan(cfg: ConfigBase, p: Plan) -> Plan:
+    from hastune.errors import InputError
+
+    try:
+        archs.get(cfg.architecture).engine_check(cfg)
+    except InputError as exc:
+        return Plan(p.shape, [], blocking=[f"hastune's engine (runners/): {exc.problem}"])
+    return Plan(p.shape, p.instances, notes=[
+        "runners/ is hastune's own engine: it runs the reference model (ref-small unless "
+        "--model), not the target model; use it to check the architecture, not to serve the "
+        "target"])
+
+
+def _write_runners(out: Path, config_file: str | None) -> list[Path]:
+    where = str(Path(config_file).resolve()) if config_file else "best_config.yaml"
+    for ch in '\\"$`':  # literal inside the double quotes below
+        where = where.replace(ch, "\\" + ch)
+    text = ("#!/usr/bin/env bash\n# hastune's own engine (runners/) running this config.\n"
+            "set -euo pipefail\n"
+            f'CONFIG="${{CONFIG:-{where}}}"\n'
+            'exec hastune serve "$CONFIG" --device "${DEVICE:-cuda}" --ignore-target "$@"\n')
+    return [_write(out / "serve.sh", text)]

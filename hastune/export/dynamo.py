@@ -1,0 +1,133 @@
+"""A DynamoGraphDeployment (nvidia.com/v1beta1, Dynamo 1.6.1) for a plan: a Frontend, and one
+component per role with the role's instance count as replicas, each pod a worker of the
+backend (`python3 -m dynamo.vllm` or `dynamo.sglang`) with the engine's own flags and the
+GPUs of one instance. Written as dgd.yaml, validated against dgd_v1beta1.schema.json (pinned
+from Dynamo's sources, see its x-source) before it is written.
+
+Roles: aggregated replicas are a `worker` component; P/D are `prefill` and `decode`
+components (`--disaggregation-mode`, with vLLM's NIXL KV connector or SGLang's NIXL transfer
+backend); vLLM's encode workers are a `worker` component with `--disaggregation-mode encode`
+and the prefill workers `--route-to-encoder`. Dynamo's SGLang backend has no encode-worker
+role in 1.6.1's blueprints: E/P/D on it is refused (use --backend vllm).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from hastune.export.flags import Command, problems
+from hastune.export.plan import Instance
+from hastune.export.target import Target
+
+if TYPE_CHECKING:
+    from hastune.export import ExportResult
+
+SCHEMA = Path(__file__).with_name("dgd_v1beta1.schema.json")
+IMAGE = "nvcr.io/nvidia/ai-dynamo/{backend}-runtime:1.6.1"
+TYPES = {"replica": "worker", "encode": "worker", "prefill": "prefill", "decode": "decode"}
+
+
+def _worker(inst: Instance, backend: str, t: Target, model: str, shape: str,
+            dummy: bool) -> Command:
+    prog = f"dynamo-{backend}"
+    c = Command(prog, ["python3", "-m", f"dynamo.{backend}"], name=inst.role)
+    if backend == "vllm":
+        c.add("--model", model).add("--tensor-parallel-size", inst.tp)
+        if inst.pp > 1:
+            c.add("--pipeline-parallel-size", inst.pp)
+        if t.precision.kv_cache == "fp8":
+            c.add("--kv-cache-dtype", "fp8")
+    else:
+        c.add("--model-path", model).add("--tp-size", inst.tp)
+        if inst.pp > 1:
+            c.add("--pp-size", inst.pp)
+        if t.precision.kv_cache == "fp8":
+            c.add("--kv-cache-dtype", "fp8_e4m3")
+    if t.precision.weights == "fp8" and t.checkpoint_precision != "fp8":
+        c.add("--quantization", "fp8")
+    if dummy:
+        c.add("--load-format", "dummy")
+    if inst.expert_parallel:
+        c.add("--enable-expert-parallel" if backend == "vllm" else "--ep-size",
+              *([] if backend == "vllm" else [inst.tp]))
+    if inst.role == "replica":
+        return c
+    if backend == "vllm":
+        c.add("--disaggregation-mode", inst.role)
+        if inst.role == "prefill":
+            c.add("--kv-transfer-config", {"kv_connector": "NixlConnector",
+                                           "kv_role": "kv_producer"})
+            if shape == "epd":
+                c.add("--route-to-encoder")
+        if shape == "epd":
+            c.add("--enable-multimodal")
+    else:
+        c.add("--disaggregation-mode", inst.role)
+        c.add("--disaggregation-transfer-backend", "nixl")
+    return c
+
+
+def _component(name: str, ctype: str, replicas: int, image: str, cmd: Command,
+               gpus: int) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "image": image, "command": cmd.words[:3],
+                                 "args": cmd.argv()[3:]}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    return {"name": name, "type": ctype, "replicas": replicas,
+            "podTemplate": {"spec": {"containers": [container]}}}
+
+
+def manifest(res: ExportResult, t: Target, backend: str, model: str,
+             dummy: bool = False) -> tuple[dict[str, Any], list[Command]]:
+    p = res.plan
+    image = IMAGE.format(backend=backend)
+    front = Command("dynamo-frontend", ["python3", "-m", "dynamo.frontend"], name="Frontend")
+    comps = [_component("Frontend", "frontend", 1, image, front, 0)]
+    cmds = []
+    for role in p.roles:
+        insts = p.role(role)
+        c = _worker(insts[0], backend, t, model, p.shape, dummy)
+        cmds.append(c)
+        comps.append(_component(role, TYPES[role], len(insts), image, c,
+                                insts[0].tp * insts[0].pp))
+    name = re.sub(r"[^a-z0-9-]+", "-", f"hastune-{t.recipe}".lower()).strip("-")[:63]
+    doc = {"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
+           "metadata": {"name": name, "annotations": {
+               "hastune/target": f"{t.model} on {t.gpus} x {t.gpu}",
+               "hastune/goodput-rps": f"{t.goodput_rps:.3f}"}},
+           "spec": {"backendFramework": backend, "components": comps}}
+    return doc, cmds
+
+
+def validate(doc: dict[str, Any]) -> None:
+    import jsonschema
+
+    jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
+
+
+def write_manifest(res: ExportResult, t: Target, backend: str, dummy: bool) -> list[Path]:
+    from hastune.export import model_arg
+
+    p = res.plan
+    if backend == "sglang" and p.shape == "epd":
+        p.blocking.append("Dynamo 1.6.1's SGLang backend has no encode-worker role in its "
+                          "blueprints; export E/P/D for Dynamo with --backend vllm")
+        return []
+    doc, cmds = manifest(res, t, backend, model_arg(t), dummy)
+    bad = [f"{c.name}: {e}" for c in cmds for e in problems(c)]
+    if bad:
+        raise AssertionError("emitted flags Dynamo's workers do not accept: " + "; ".join(bad))
+    validate(doc)
+    res.commands = cmds
+    res.plan.notes.append("Dynamo's Frontend routes requests; the ports and GPU ids of the "
+                          "scripts are the operator's to assign (each pod gets tp x pp GPUs)")
+    path = res.out / "dgd.yaml"
+    path.write_text(f"# DynamoGraphDeployment written by `hastune export` for {t.model} on "
+                    f"{t.gpus} x {t.gpu}\n# apply: kubectl apply -f dgd.yaml (Dynamo 1.6.1 "
+                    "operator)\n" + yaml.safe_dump(doc, sort_keys=False))
+    return [path]

@@ -1,0 +1,148 @@
+"""The commands that start a plan (hastune.export.plan) on vLLM or SGLang at their pinned
+versions: one server per instance with the engine's own flags, and the router or proxy in
+front. Every flag used here is checked against the version's flag set (hastune.export.flags)
+before anything is written.
+
+vLLM 0.33.0: `vllm serve` per instance; P/D through `--kv-transfer-config` (NixlConnector,
+kv_producer / kv_consumer); the disaggregated encoder through `--ec-transfer-config`
+(ECExampleConnector: encoder outputs through a shared directory, so encode and prefill
+instances share a node or a filesystem) with `--mm-encoder-only` on encode instances; replicas
+and P/D behind vllm-router 0.1.17, E/P/D behind the EPD proxy of vLLM's examples.
+SGLang 0.5.23: `python3 -m sglang.launch_server` per instance; encoders `--encoder-only`,
+language servers `--language-only --encoder-urls …`; P/D `--disaggregation-mode prefill|decode`
+(NIXL transfer backend); sglang-router 0.3.2 in front (`--pd-disaggregation` for P/D).
+"""
+
+from __future__ import annotations
+
+from hastune.export.flags import Command
+from hastune.export.plan import BOOTSTRAP_PORT, ROUTER_PORT, SIDE_PORT, Instance, Plan
+from hastune.export.target import Target
+
+EC_PATH = "/tmp/hastune-ec-cache"
+EPD_PROXY = "$VLLM_SRC/examples/online_serving/disaggregated_encoder/disagg_epd_proxy.py"
+
+
+def url(inst: Instance) -> str:
+    return f"http://$NODE_ADDR_{inst.node}:{inst.port}"
+
+
+def _common(cmd: Command, inst: Instance, t: Target, dummy: bool, tp_flag: str,
+            pp_flag: str) -> None:
+    cmd.add("--host", "$HOST").add("--port", inst.port).add(tp_flag, inst.tp)
+    if inst.pp > 1:
+        cmd.add(pp_flag, inst.pp)
+    cmd.env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, inst.gpus))
+    if dummy:
+        cmd.add("--load-format", "dummy")
+    if t.precision.weights == "fp8" and t.checkpoint_precision != "fp8":
+        cmd.add("--quantization", "fp8")
+
+
+def vllm_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
+    out = []
+    for inst in p.instances:
+        c = Command("vllm", ["vllm", "serve", "$MODEL"], name=inst.name, node=inst.node,
+                    port=inst.port)
+        _common(c, inst, t, dummy, "--tensor-parallel-size", "--pipeline-parallel-size")
+        if t.precision.kv_cache == "fp8":
+            c.add("--kv-cache-dtype", "fp8")
+        if inst.expert_parallel:
+            c.add("--enable-expert-parallel")
+        if inst.role == "replica":
+            if p.chunked is False:
+                c.add("--disable-chunked-prefill")
+            elif p.chunked:
+                c.add("--enable-chunked-prefill")
+                if p.chunk_tokens:
+                    c.add("--max-num-batched-tokens", p.chunk_tokens)
+        ec_role = {"encode": "ec_producer", "prefill": "ec_consumer"}.get(inst.role)
+        if p.shape == "epd" and ec_role:
+            c.add("--ec-transfer-config", {"ec_connector": "ECExampleConnector",
+                                           "ec_role": ec_role,
+                                           "ec_connector_extra_config":
+                                               {"shared_storage_path": EC_PATH}})
+        if inst.role == "encode":
+            c.add("--mm-encoder-only")
+            if p.encode_batch:
+                c.add("--max-num-seqs", p.encode_batch)
+        if inst.role in ("prefill", "decode") and p.shape in ("pd", "epd"):
+            kv_role = "kv_producer" if inst.role == "prefill" else "kv_consumer"
+            c.add("--kv-transfer-config", {"kv_connector": "NixlConnector", "kv_role": kv_role})
+            c.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(SIDE_PORT + len(out))
+        out.append(c)
+    out.append(_vllm_front(p))
+    return out
+
+
+def _vllm_front(p: Plan) -> Command:
+    if p.shape == "epd":
+        c = Command("vllm-epd-proxy", ["python3", EPD_PROXY], name="proxy", port=ROUTER_PORT)
+        c.add("--host", "$HOST").add("--port", ROUTER_PORT)
+        for flag, role in (("--encode-servers-urls", "encode"),
+                           ("--prefill-servers-urls", "prefill"),
+                           ("--decode-servers-urls", "decode")):
+            c.add(flag, ",".join(url(i) for i in p.role(role)))  # type: ignore[arg-type]
+        return c
+    c = Command("vllm-router", ["vllm-router"], name="router", port=ROUTER_PORT)
+    c.add("--host", "$HOST").add("--port", ROUTER_PORT)
+    if p.shape == "pd":
+        c.add("--vllm-pd-disaggregation")
+        for i in p.role("prefill"):
+            c.add("--prefill", url(i))
+        for i in p.role("decode"):
+            c.add("--decode", url(i))
+    else:
+        c.add("--worker-urls", *[url(i) for i in p.role("replica")])
+    return c
+
+
+def sglang_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
+    out = []
+    encoders = [url(i) for i in p.role("encode")]
+    for k, inst in enumerate(p.instances):
+        c = Command("sglang", ["python3", "-m", "sglang.launch_server"], name=inst.name,
+                    node=inst.node, port=inst.port)
+        c.add("--model-path", "$MODEL")
+        _common(c, inst, t, dummy, "--tp-size", "--pp-size")
+        if t.precision.kv_cache == "fp8":
+            c.add("--kv-cache-dtype", "fp8_e4m3")
+        if inst.expert_parallel:
+            c.add("--ep-size", inst.tp)
+        if inst.role == "replica":
+            if p.chunked is False:
+                c.add("--chunked-prefill-size", -1)
+            elif p.chunk_tokens:
+                c.add("--chunked-prefill-size", p.chunk_tokens)
+        if inst.role == "encode":
+            c.add("--encoder-only")
+            if p.encode_batch:
+                c.add("--max-running-requests", p.encode_batch)
+        elif p.shape == "epd":
+            c.add("--language-only")
+            if inst.role == "prefill":
+                c.add("--encoder-urls", *encoders)
+        if inst.role in ("prefill", "decode") and p.shape in ("pd", "epd"):
+            c.add("--disaggregation-mode", inst.role)
+            c.add("--disaggregation-transfer-backend", "nixl")
+            if inst.role == "prefill":
+                c.add("--disaggregation-bootstrap-port", BOOTSTRAP_PORT + k)
+        out.append(c)
+    r = Command("sglang-router", ["python3", "-m", "sglang_router.launch_router"],
+                name="router", port=ROUTER_PORT)
+    r.add("--host", "$HOST").add("--port", ROUTER_PORT)
+    if p.shape in ("pd", "epd"):
+        r.add("--pd-disaggregation")
+        for c, inst in zip(out, p.instances):
+            if inst.role == "prefill":
+                bp = dict(c.flags)["--disaggregation-bootstrap-port"][0]
+                r.add("--prefill", url(inst), bp)
+        for inst in p.role("decode"):
+            r.add("--decode", url(inst))
+    else:
+        r.add("--worker-urls", *[url(i) for i in p.role("replica")])
+    out.append(r)
+    return out
+
+
+COMMANDS = {"vllm": vllm_commands, "sglang": sglang_commands}

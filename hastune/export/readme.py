@@ -1,0 +1,75 @@
+"""README.md of an export: what the deployment is for, its instances (role, GPUs, port, the
+engine flags each got), what the engine does not express, and how to start it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hastune import archs
+from hastune.archs.base import ConfigBase
+from hastune.export import flags as flagsets
+from hastune.export.target import Target
+
+if TYPE_CHECKING:
+    from hastune.export import ExportResult
+
+
+def _sources(programs: list[str]) -> list[str]:
+    out = []
+    for prog in dict.fromkeys(programs):
+        d = flagsets.load(prog)
+        src = d["source"]
+        where = src.get("wheel") or f"{src.get('repo')}@{src.get('commit', '')[:12]}"
+        out.append(f"- {d['engine']} {d['version']}: flags from {where} "
+                   f"({src.get('parser') or src.get('read')}), "
+                   f"hastune/export/{flagsets.FILES[prog]}")
+    return out
+
+
+def write(res: ExportResult, cfg: ConfigBase, t: Target) -> Path:
+    p = res.plan
+    arch = archs.get(cfg.architecture)
+    lines = [f"# {res.engine} launch files for {arch.describe(cfg)}", "",
+             f"Tuned by hastune {t.hastune} for recipe `{t.recipe}`: model `{t.model_label}`"
+             + (f" (sha256 of config.json {t.model_config_sha256[:12]}…)"
+                if t.model_config_sha256 else "")
+             + f", {t.gpus} x {t.gpu}, {t.precision.label}; P{t.slo.percentile:g} TTFT "
+             f"{t.slo.ttft_s:g} s / TPOT {t.slo.tpot_s:g} s; goodput {t.goodput_rps:.3f} req/s "
+             f"({t.goodput_per_gpu:.3f} per GPU) as hastune evaluated it.", ""]
+    if p.blocking:
+        lines += ["## Not expressible", "",
+                  f"{res.engine} cannot run this deployment as tuned, so no launch file was "
+                  "written:", ""]
+        lines += [f"- {b}" for b in p.blocking]
+        lines += ["", "`hastune export CONFIG --engine ENGINE --closest` writes the nearest "
+                  "deployment the engine can run and lists what it changes.", ""]
+    if p.closest:
+        lines += ["## Closest expressible deployment (not the tuned one)", ""]
+        lines += [f"- {c}" for c in p.closest] + [""]
+    if res.commands:
+        lines += ["## Instances", "", "| name | role | node | GPUs | port | command |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        roles = {i.name: i.role for i in p.instances}
+        for c in res.commands:
+            gpus = c.env.get("CUDA_VISIBLE_DEVICES", "")
+            argv = " ".join(c.argv()).replace("|", "\\|")
+            lines.append(f"| {c.name} | {roles.get(c.name, c.name)} | {c.node} | {gpus} | "
+                         f"{c.port} | `{argv}` |")
+        start = ("`kubectl apply -f dgd.yaml` with Dynamo 1.6.1's operator installed (each "
+                 "role is one component; replicas = its instances)." if res.engine == "dynamo"
+                 else "")
+        lines += ["", "## Start", "", start] if start else ["", "## Start", "",
+                  "`bash launch.sh` starts every role script in order, waits for each "
+                  "server's /health, then starts the router; Ctrl-C stops all of them. Set "
+                  "`MODEL` (default: the target's), `HOST` (default 127.0.0.1), `LOG_DIR`, "
+                  "`EXTRA_ARGS` (appended to every server), and on several nodes `NODE_RANK` "
+                  "and `NODE_ADDR_<k>` (run launch.sh on each node)."]
+        lines += ["", "Pinned versions (every flag above exists there; tests/export checks "
+                  "it):", ""]
+        lines += _sources([c.program for c in res.commands]) + [""]
+    if p.notes:
+        lines += ["## Not expressed by the engine", ""] + [f"- {n}" for n in p.notes] + [""]
+    path = res.out / "README.md"
+    path.write_text("\n".join(lines))
+    return path

