@@ -14,7 +14,10 @@ local prefill on the same worker: those are the share curves' business, which st
 seeded quarter of each stage's steps is held out. Two candidates per stage: the form re-fitted
 on the rest, and the profile's form scaled by one factor (the median measured/predicted
 ratio — the safer one when the steps cover few shapes); the one with the smaller held-out
-median error is written. A stage with fewer than `min_rows` steps keeps its coefficients.
+median error is kept, then scaled so that it adds up to the recorded steps' total seconds (the
+simulator sums step times: a form fitted to the median would leave out the slow steps of a
+busy machine). `total_pct` is Σ predicted / Σ measured − 1. A stage with fewer than
+`min_rows` steps keeps its coefficients.
 """
 
 from __future__ import annotations
@@ -122,6 +125,13 @@ class StageFit:
                 "old": self.old, "new": self.new}
 
 
+def stats(X: np.ndarray, y: np.ndarray, coef: np.ndarray) -> dict[str, float | int]:
+    """error_stat, and the total seconds' relative error (%)."""
+    out = error_stat(X, y, tuple(coef))
+    out["total_pct"] = round(float((X @ coef).sum() / y.sum() - 1.0) * 100.0, 2)
+    return out
+
+
 def _coef(prof: Profile, stage: str) -> np.ndarray:
     sec = getattr(prof, stage)
     return np.array([getattr(sec, n) for n in NAMES[stage]], dtype=float)
@@ -144,7 +154,7 @@ def fit_stage(prof: Profile, stage: str, X: np.ndarray, y: np.ndarray, seed: int
               min_rows: int = MIN_ROWS) -> StageFit:
     old = _coef(prof, stage)
     names = NAMES[stage]
-    before = error_stat(X, y, tuple(old))
+    before = stats(X, y, old)
     olds = dict(zip(names, old.tolist()))
     if len(y) < min_rows:
         return StageFit(stage, len(y), f"kept: {len(y)} steps < {min_rows}", before, before,
@@ -161,9 +171,11 @@ def fit_stage(prof: Profile, stage: str, X: np.ndarray, y: np.ndarray, seed: int
     scores = {m: error_stat(X[te], y[te], tuple(c))["median_pct"] for m, c in cands.items()}
     method = min(scores, key=lambda m: (scores[m], m != "scaled"))
     new = cands[method]
-    return StageFit(stage, len(y), method if method == "refit" else f"scaled ×{k:.3g}",
-                    before, error_stat(X, y, tuple(new)), error_stat(X[te], y[te], tuple(old)),
-                    error_stat(X[te], y[te], tuple(new)), olds,
+    m = float(y.sum() / max((X @ new).sum(), 1e-12))  # the recorded steps' total seconds
+    new = np.array([_sig(c * m) for c in new])
+    how = "refit" if method == "refit" else f"scaled ×{k:.3g}"
+    return StageFit(stage, len(y), f"{how}, total ×{m:.3g}", before, stats(X, y, new),
+                    stats(X[te], y[te], old), stats(X[te], y[te], new), olds,
                     dict(zip(names, new.tolist())))
 
 
@@ -188,7 +200,8 @@ def recalibrate(prof: Profile, probes: list[dict[str, dict]], seed: int = 0,
 
     for f in fits:
         if f.held_out_after is not None:
-            errs[f.stage] = FitStat(**f.held_out_after)
+            errs[f.stage] = FitStat(**{k: v for k, v in f.held_out_after.items()
+                                       if k != "total_pct"})
     desc = ", ".join(f"{f.stage} {f.method} ({f.rows} steps)" for f in fits)
     update["source"] = f"{prof.source} RECALIBRATED from the engine's recorded steps: {desc}."
     if prof.fit is not None:

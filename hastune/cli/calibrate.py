@@ -16,7 +16,9 @@ from hastune.errors import InputError
 
 
 def _pct(e: dict | None) -> str:
-    return "—" if not e else f"{e['median_pct']:.1f}% / {e['p90_pct']:.1f}%"
+    if not e:
+        return "—"
+    return f"{e['median_pct']:.1f}% / {e['p90_pct']:.1f}% / Σ {e['total_pct']:+.1f}%"
 
 
 @app.command()
@@ -62,7 +64,7 @@ def calibrate(
                      "stages": [f.as_dict() for f in fits]}))
         return
     tab = Table(title=f"{profile} → {out}: error against {sum(f.rows for f in fits)} "
-                "recorded steps (median / P90)")
+                "recorded steps (median / P90 |error|, Σ: total seconds)")
     for c in ("stage", "steps", "before", "after", "held out: before", "after ", "how"):
         tab.add_column(c)
     for f in fits:

@@ -68,6 +68,7 @@ def test_recovers_a_uniformly_slower_device(k_enc, k_pf, k_dec, seed):
         assert f.before["median_pct"] == pytest.approx(abs(1 / k - 1) * 100, abs=4.0)
         assert f.after["median_pct"] <= 5.0, f
         assert f.after["median_pct"] <= max(f.before["median_pct"], 3.0)
+        assert abs(f.after["total_pct"]) <= 2.0  # adds up to the steps' seconds
         # the written profile predicts the true (scaled) step times
         probe = {"encode": new.encode.latency(4, 800, 200_000) /
                  prof.encode.latency(4, 800, 200_000),
@@ -78,6 +79,23 @@ def test_recovers_a_uniformly_slower_device(k_enc, k_pf, k_dec, seed):
     # the share curves and the rest are the profile's
     assert new.prefill.sm_curve == prof.prefill.sm_curve and new.memory == prof.memory
     assert "RECALIBRATED" in new.source
+
+
+@settings(max_examples=8, deadline=None)
+@given(slow=st.floats(2.0, 6.0), share=st.floats(0.1, 0.3), seed=st.integers(0, 1000))
+def test_a_busy_machine_s_slow_steps_count_in_the_total(slow, share, seed):
+    """Some steps stalled (another process took the core): the median step is the
+    profile's, but the simulator sums step times, so the written form adds up to the
+    recorded seconds."""
+    prof = load_profile(PROFILE)
+    cols = _steps(prof, {"encode": 1.0, "prefill": 1.0, "decode": 1.0}, 200, seed)
+    rng = np.random.default_rng(seed)
+    for c in cols.values():
+        c["dur"] = [d * (slow if rng.random() < share else 1.0) for d in c["dur"]]
+    _, fits = recalibrate(prof, [cols], seed=seed)
+    for f in fits:
+        assert f.before["total_pct"] < -5.0  # the old form leaves the stalls out
+        assert abs(f.after["total_pct"]) <= 0.5, f
 
 
 def test_few_steps_keep_the_form():
