@@ -369,7 +369,8 @@ class Engine:
         th.join(timeout=1)
         if self.mode is not None:
             self.mode.end_run()
-        flush_steps(self, steps, dead)
+        wall = time.monotonic() - wall0
+        flush_steps(self, steps, dead, overhead)
         model_s = sum(v[0] for v in overhead.values())
         over_s = sum(v[1] for v in overhead.values())
         return RunRecord(rate, arrival, first, last, tokens, failed, rejected,
@@ -378,6 +379,6 @@ class Engine:
                           "decode_overhead_share": over_s / model_s if model_s else 0.0,
                           **(self.mode.extra() if self.mode is not None else {}),
                           **(gate.extra() if gate is not None else {})},
-                         time.monotonic() - wall0, dict(self.sm_split),
+                         wall, dict(self.sm_split),
                          self.fit.as_dict() if self.fit is not None else {},
                          run_steps(self, steps, t0 - 0.05))

@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from runners.engine.messages import EV_SPLIT, EV_STEPS
+from runners.engine.messages import EV_SPLIT, EV_STEP, EV_STEPS
 
 COLUMNS = ("kind", "t", "dur", "batch", "tokens", "context", "share", "overlap", "tokens_sq")
 CHUNK = 512
@@ -109,10 +109,11 @@ def run_steps(engine: Any, steps: dict[str, list], since: float) -> dict[str, di
 
 
 def flush_steps(engine: Any, steps: dict[str, list], dead: set[str],
-                wait_s: float = 2.0) -> None:
+                overhead: dict[str, tuple] | None = None, wait_s: float = 2.0) -> None:
     """Ask every live worker of `engine` for the step rows it still holds and wait (≤ wait_s)
     for them all, adding them to `steps`; other events that arrive meanwhile belong to no
-    request of the run that ended (an encode worker's split report is kept)."""
+    request of the run that ended (an encode worker's split report and the decode timing
+    samples, into `overhead`, are kept)."""
     if not engine.opts.record_steps:
         return
     want = {n for n in engine.names if n not in dead and engine.procs[n].is_alive()}
@@ -130,3 +131,5 @@ def flush_steps(engine: Any, steps: dict[str, list], dead: set[str],
                 want.discard(name)
         elif kind == EV_SPLIT:
             engine.sm_split[name] = extra
+        elif kind == EV_STEP and overhead is not None:
+            overhead[name] = (extra[0], extra[1], extra[2])
