@@ -51,7 +51,11 @@ THREE_WORKERS = [
 
 
 def err(sim: float, real: float) -> float:
-    return abs(sim - real) / real if real > 0 else float("inf")
+    """Relative error; inf where the engine missed the SLOs outright (rejected requests make
+    its P90 infinite) or measured nothing."""
+    if not 0 < real < float("inf"):
+        return float("inf")
+    return abs(sim - real) / real
 
 
 def name(c) -> str:
