@@ -140,6 +140,7 @@ class _EPDRun:
         self.sim, self.rate = sim, rate
         n = len(reqs)
         self.loop = loop = EventLoop(reqs, rate, closed_loop=False)  # open loop only
+        loop.per_stream /= cfg.n_D  # one front end per decode instance (it streams)
         self.heap, self.seq = loop.heap, loop.seq
         (self.pre_tok, self.enc_tok, self.out_tok, _, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs)

@@ -60,6 +60,7 @@ class PaDGRun:
         self.cfg = cfg
         self.tpot_slo = slo.tpot_s
         self.loop = loop = EventLoop(reqs, rate)
+        loop.per_stream /= cfg.instances  # one front end per instance
         self.arr, self.heap, self.seq, self.done = loop.arr, loop.heap, loop.seq, loop.finished
         (self.pre, _, self.out_tok, mm, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs)

@@ -64,7 +64,7 @@ def test_every_exit_code_is_in_the_readme_and_the_help() -> None:
     assert documented == set(EXIT_CODES), (documented, set(EXIT_CODES))
     helped = hastune_here("--help").stdout
     for code in EXIT_CODES:
-        assert re.search(rf"\b{code}\b", helped.split("Exit codes")[1]), code
+        assert re.search(rf"\b{code}\b", helped.rsplit("Exit codes", 1)[1]), code
 
 
 @settings(max_examples=12, deadline=None,
