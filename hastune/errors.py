@@ -13,14 +13,14 @@ EXIT_OK = 0
 EXIT_FAILED = 1          # the run failed, not the input: a worker died, the storage refused a write
 EXIT_INPUT_ERROR = 2     # bad input: the message names the file, the field and the fix
 EXIT_NO_CONFIG = 3       # no configuration meets the SLOs (tune, grid, prune, evaluate, simulate)
-EXIT_GATE = 4            # a quality gate failed: tune --baseline regression, profile check's gate
+EXIT_GATE = 4            # a quality gate failed: tune --baseline, profile check, fidelity
 EXIT_REQUESTS_LOST = 5   # serve: requests were rejected at arrival or failed
 EXIT_INTERRUPTED = 130   # Ctrl-C; re-run the same command to resume where that applies
 
 EXIT_BRIEF = {  # the --help epilog's form
     EXIT_OK: "ok", EXIT_FAILED: "the run failed (re-run to resume)", EXIT_INPUT_ERROR: "bad input",
     EXIT_NO_CONFIG: "no configuration meets the SLOs",
-    EXIT_GATE: "a gate failed (--baseline regression, profile check)",
+    EXIT_GATE: "a gate failed (--baseline regression, profile check, fidelity's bar)",
     EXIT_REQUESTS_LOST: "serve lost requests (rejected or failed)",
     EXIT_INTERRUPTED: "interrupted",
 }
@@ -32,7 +32,8 @@ EXIT_CODES = {
     EXIT_NO_CONFIG: "no configuration meets the SLOs (the message names the rule or probe "
                     "that excluded them)",
     EXIT_GATE: "a quality gate failed: tune's best is worse than --baseline by more than "
-               "--max-regression; profile check's held-out error is above its gate",
+               "--max-regression; profile check's held-out error is above its gate; "
+               "fidelity: an engine with 40 rows or more misses the bar",
     EXIT_REQUESTS_LOST: "serve: requests were rejected at arrival or failed (counts printed)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); re-run the same command to resume",
 }

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from hastune.cli import app
 from hastune.cli.common import dumps
-from hastune.errors import InputError
+from hastune.errors import EXIT_GATE, InputError
 
 
 def _models(items: list[str] | None) -> dict[str, str]:
@@ -59,7 +59,7 @@ def fidelity(
         card = score.run(measurements, _models(model), only=only, progress=progress)
     agg = score.aggregate(card)
     ok = score.passes(agg)
-    code = 0 if ok and all(ok.values()) else 4
+    code = 0 if ok and all(ok.values()) else EXIT_GATE
     out = {"file": str(measurements), "rows": len(card.rows), "wall_s": card.wall_s,
            "aggregate": agg, "passes": ok, "exit_code": code,
            "terms": {f"{e}@{g}": dict(zip(score.F.NAMES, map(float, th)))
