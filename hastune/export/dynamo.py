@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from hastune.export.flags import Command, problems
-from hastune.export.plan import Instance
+from hastune.export.plan import Instance, Plan
 from hastune.export.target import Target
 
 if TYPE_CHECKING:
@@ -30,6 +30,19 @@ if TYPE_CHECKING:
 SCHEMA = Path(__file__).with_name("dgd_v1beta1.schema.json")
 IMAGE = "nvcr.io/nvidia/ai-dynamo/{backend}-runtime:1.6.1"
 TYPES = {"replica": "worker", "encode": "worker", "prefill": "prefill", "decode": "decode"}
+
+
+def _knobs(c: Command, p: Plan, inst: Instance, vllm: bool) -> None:
+    """The token budget of replicas and the encode batch bound, as the scripts have them."""
+    if inst.role == "replica" and p.chunked is False:
+        c.add("--disable-chunked-prefill") if vllm else c.add("--chunked-prefill-size", -1)
+    elif inst.role == "replica" and p.chunked and p.chunk_tokens:
+        if vllm:
+            c.add("--enable-chunked-prefill").add("--max-num-batched-tokens", p.chunk_tokens)
+        else:
+            c.add("--chunked-prefill-size", p.chunk_tokens)
+    if inst.role == "encode" and p.encode_batch:
+        c.add("--max-num-seqs" if vllm else "--max-running-requests", p.encode_batch)
 
 
 def _worker(inst: Instance, backend: str, t: Target, model: str, shape: str,
@@ -92,6 +105,7 @@ def manifest(res: ExportResult, t: Target, backend: str, model: str,
     for role in p.roles:
         insts = p.role(role)
         c = _worker(insts[0], backend, t, model, p.shape, dummy)
+        _knobs(c, p, insts[0], backend == "vllm")
         cmds.append(c)
         comps.append(_component(role, TYPES[role], len(insts), image, c,
                                 insts[0].tp * insts[0].pp))

@@ -69,7 +69,10 @@ def vllm_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
         if inst.role in ("prefill", "decode") and p.shape in ("pd", "epd"):
             kv_role = "kv_producer" if inst.role == "prefill" else "kv_consumer"
             c.add("--kv-transfer-config", {"kv_connector": "NixlConnector", "kv_role": kv_role})
-            c.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(SIDE_PORT + len(out))
+            # one per instance on a host (vLLM 0.33 adds the data-parallel index to it,
+            # nixl/base_scheduler.py): numbered by the instance's first GPU
+            c.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(SIDE_PORT + 64 * inst.node
+                                                       + inst.gpus[0])
         out.append(c)
     out.append(_vllm_front(p))
     return out

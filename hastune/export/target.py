@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hastune import __version__, archs
 from hastune.errors import InputError, from_pydantic
-from hastune.model_ref import Engine, Precision
+from hastune.model_ref import Precision
 from hastune.yamlio import read_yaml_mapping
 
 if TYPE_CHECKING:
@@ -55,6 +55,15 @@ class Pool(_Strict):
     expert_parallel: bool = False
 
 
+class TargetEngine(_Strict):
+    """The recipe's engine (name and kernel-database version), as the block records it: its
+    own model, so a field the recipe's Engine gains later does not make old blocks invalid."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    name: str = "vllm"
+    version: str | None = None
+
+
 class TargetSLO(_Strict):
     ttft_s: float = Field(gt=0)
     tpot_s: float = Field(gt=0)
@@ -76,7 +85,7 @@ class Target(_Strict):
     gpus: int = Field(ge=1, description="GPUs the deployment uses")
     gpus_per_node: int = Field(default=8, ge=1)
     precision: Precision = Field(default_factory=Precision)
-    engine: Engine = Field(default_factory=Engine)
+    engine: TargetEngine = Field(default_factory=TargetEngine)
     pools: list[Pool]
     slo: TargetSLO
     goodput_rps: float = Field(ge=0)
@@ -135,7 +144,9 @@ def build_target(recipe: Recipe, cfg: ConfigBase, goodput_rps: float,
         model_config_sha256=sha256_file(cj) if cj is not None and cj.is_file() else None,
         hf_repo=HF_REPOS.get(recipe.model), checkpoint_precision=str(ckpt),
         gpu=recipe.cluster.gpu, gpus=cfg.gpus, gpus_per_node=recipe.cluster.gpus_per_node,
-        precision=precision_of(recipe, arch), engine=recipe.engine, pools=pools(cfg),
+        precision=precision_of(recipe, arch),
+        engine=TargetEngine(name=recipe.engine.name, version=recipe.engine.version),
+        pools=pools(cfg),
         slo=TargetSLO(ttft_s=recipe.slo.ttft_s, tpot_s=recipe.slo.tpot_s,
                       percentile=recipe.slo.percentile),
         goodput_rps=goodput_rps, goodput_per_gpu=goodput_rps / cfg.gpus if cfg.gpus else 0.0)

@@ -117,3 +117,28 @@ def test_gpu_names():
     assert gpu_matches("h100-80gb", "NVIDIA H100 80GB HBM3")
     assert not gpu_matches("h100-80gb", "NVIDIA A100-SXM4-80GB")
     assert not gpu_matches("a100-80gb", "a CPU")
+
+
+def test_target_round_trips_and_a_changed_config_json_is_refused(tmp_path):
+    import shutil
+
+    from hastune.export.target import build_target, dump_target, parse_target
+
+    cfg = parse_config({"architecture": "nodg", "replicas": 2, "tp": 2})
+    for ex in ("llama31-8b-h100-fp8", "image-llava-8xa100", "qwen25vl-7b-h200"):
+        rec = load_recipe(ROOT / "examples" / f"{ex}.yaml")
+        t = build_target(rec, cfg, 3.0)
+        assert parse_target({"target": dump_target(t)}) == t
+        assert recipe_mismatch(t, rec) is None
+    # a config-path model: the same path with another config.json is another model
+    shutil.copytree(ROOT / "examples" / "models" / "llama-3.1-8b", tmp_path / "models" /
+                    "llama-3.1-8b")
+    data = yaml.safe_load((ROOT / "examples" / "llama31-8b-h100-fp8.yaml").read_text())
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(data))
+    rec = load_recipe(tmp_path / "r.yaml")
+    t = build_target(rec, cfg, 3.0)
+    assert t.model_config_sha256 and recipe_mismatch(t, rec) is None
+    cj = tmp_path / "models" / "llama-3.1-8b" / "config.json"
+    cj.write_text(cj.read_text().replace('"num_hidden_layers": 32', '"num_hidden_layers": 30'))
+    bad = recipe_mismatch(t, load_recipe(tmp_path / "r.yaml"))
+    assert bad is not None and bad[0] == "model" and "differs" in bad[1]
