@@ -45,6 +45,7 @@ class Step:
     study: str | None = None
     wall_s: float = 0.0
     reason: str | None = None
+    recipe_sha256: str | None = None      # of the recipe at this count (its study's identity)
 
     def sustains(self, rate: float) -> bool:
         return self.goodput_rps is not None and self.goodput_rps >= rate
@@ -196,6 +197,7 @@ class Planner:
         step = self.steps[gpus]
         step.status = TUNED
         step.study = tuner.study_name
+        step.recipe_sha256 = tuner.recipe_sha256
         step.evaluations = len(evaluated_trials(st))
         step.goodput_rps = float(bt.value or 0.0) if bt else 0.0
         step.config = bt.user_attrs["config"] if bt and (bt.value or 0.0) > 0 else None

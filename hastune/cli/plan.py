@@ -49,7 +49,7 @@ def table(res) -> Table:
     return t
 
 
-def write_outputs(res, out: Path, plots: bool) -> list[Path]:
+def write_outputs(res, recipe, out: Path, plots: bool) -> list[Path]:
     """DIR/plan.json (as --json prints), plan.csv, plan.png, and best_config.yaml (the answer's
     configuration) next to the studies."""
     import yaml
@@ -72,12 +72,20 @@ def write_outputs(res, out: Path, plots: bool) -> list[Path]:
                         json.dumps(s["config"], sort_keys=True) if s["config"] else ""])
     written.append(p)
     if (a := res.answer) is not None:
+        from hastune.export.target import TARGET_KEY, build_target, dump_target
+        from hastune.plan import budget_recipe
+
         cfg = parse_config(a.config)
+        target = build_target(budget_recipe(recipe, a.gpus), cfg, a.goodput_rps or 0.0,
+                              a.recipe_sha256)
         p = out / "best_config.yaml"
         p.write_text(f"# Fewest GPUs found by `hastune plan` for recipe {res.recipe} at "
                      f"{res.rate:g} req/s:\n# {a.gpus} GPUs, P90 goodput {a.goodput_rps:.3f} "
-                     f"req/s (study {a.study}). Run it: hastune evaluate RECIPE --config "
-                     "this-file\n" + yaml.safe_dump(dump_config(cfg), sort_keys=False))
+                     f"req/s (study {a.study}). Simulate it: hastune evaluate RECIPE --config "
+                     "this-file;\n# deploy it: hastune export this-file --engine "
+                     "vllm|sglang|dynamo (`target:` says what it is for)\n"
+                     + yaml.safe_dump(dump_config(cfg), sort_keys=False)
+                     + yaml.safe_dump({TARGET_KEY: dump_target(target)}, sort_keys=False))
         written.append(p)
     if plots:
         p = out / "plan.png"
@@ -131,7 +139,8 @@ def plan(
     make_sampler(sampler, 0)  # unknown sampler / missing torch: fail before any work
     opts = TuneOptions(trials=trials, sampler=sampler, evaluator=evaluator, storage=storage,
                        study=study, out=str(out), seed=seed, prune=not no_prune, force=force)
-    planner = Planner(load_recipe(recipe), rate, opts, search=search)
+    rec = load_recipe(recipe)
+    planner = Planner(rec, rate, opts, search=search)
     con = Console(stderr=True, highlight=False)
 
     def said(step) -> None:
@@ -147,7 +156,7 @@ def plan(
 
     try:
         res = planner.run(on_step=said)
-        files = write_outputs(res, out, plots=not no_plots)
+        files = write_outputs(res, rec, out, plots=not no_plots)
     except storage_errors() as exc:
         fail([f"the study's storage failed ({one_line(exc)}); finished trials are kept: fix "
               "it and run the same command to resume"])

@@ -167,6 +167,14 @@ def test_cli_writes_the_plan_and_exits_3_when_nothing_sustains(world, tmp_path):
     assert rows[0].startswith("gpus,status") and len(rows) == MAX_GPUS + 1
     cfg = yaml.safe_load((out / "best_config.yaml").read_text())
     assert cfg["n_E"] + cfg["n_P"] + cfg["n_D"] == 3
+    # what it is for (issue 15 item 1): the 3-GPU count's recipe, as its study records it
+    import optuna
+
+    st = optuna.load_study(study_name=f"{load_recipe(world['recipe']).name}-epd-g3",
+                           storage=f"sqlite:///{out / 'study.db'}")
+    assert cfg["target"]["gpus"] == 3 and cfg["target"]["gpu"] == "a100-80gb"
+    assert cfg["target"]["recipe_sha256"] == st.user_attrs["identity"]["recipe_sha256"]
+    assert cfg["target"]["goodput_rps"] == pytest.approx(grid[3], rel=1e-12)
 
 
 def test_cli_refuses_bad_input_with_exit_2(tmp_path):
