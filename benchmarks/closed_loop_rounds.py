@@ -1,0 +1,60 @@
+"""Closed-loop steady state (issue 13): does a run's mean TTFT depend on its length?
+
+    python benchmarks/closed_loop_rounds.py [CSV] [--engine E] [--terms fitted|none]
+
+Simulates every aggregated row of a silicon-format CSV (default
+../shared/calibration/e2e/silicon_llama31.csv) at 40 and at 400 requests per client, with the
+engine's fitted terms (hastune/engine_fitted.py) or none, and prints the distribution of
+|mean TTFT(400) / mean TTFT(40) − 1| and the rows over 5%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    from hastune import engine_terms as et
+    from hastune.evaluators import resolve_profile
+    from hastune.fidelity.rows import read_cases
+    from hastune.fidelity.run import recipe_for, simulate
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("csv", nargs="?", type=Path,
+                    default=ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv")
+    ap.add_argument("--engine", default=None)
+    ap.add_argument("--terms", choices=("fitted", "none"), default="fitted")
+    args = ap.parse_args()
+    cases = [c for c in read_cases(args.csv) if args.engine in (None, c.engine)]
+    t0 = time.perf_counter()
+    rows = []
+    for c in cases:
+        means = []
+        for rounds in (40, 400):
+            rec = recipe_for(c, {}, args.csv, rounds)
+            wl = rec.workload.model_copy(update={"requests": c.clients * rounds})
+            rec = rec.model_copy(update={"workload": wl})
+            prof = resolve_profile(rec, quiet=True)[0]
+            t = (et.terms_for(c.engine, c.gpu, prof.memory.gpu_bytes / 2**30)
+                 if args.terms == "fitted" else None)
+            means.append(simulate(c, prof, t, rec).ttft_ms)
+        rows.append((c, means[0], means[1], abs(means[1] / means[0] - 1)))
+    d = np.array([r[3] for r in rows])
+    print(f"{len(rows)} rows, terms {args.terms}: |TTFT(400)/TTFT(40) - 1| median "
+          f"{np.median(d):.2%}, P90 {np.percentile(d, 90):.2%}, max {d.max():.2%}; "
+          f"{int((d > 0.05).sum())} over 5% ({time.perf_counter() - t0:.0f} s)")
+    for c, a, b, x in sorted(rows, key=lambda r: -r[3])[:10]:
+        if x > 0.05:
+            print(f"  {c.engine} {c.gpu} tp{c.tp} {c.shape} c{c.clients}: {a:.0f} -> {b:.0f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
