@@ -100,6 +100,42 @@ def test_plan_agrees_with_grid_over_smaller_budgets(world, frac, at, search):
             assert d["best_goodput_rps"] == pytest.approx(grid[MAX_GPUS], rel=1e-12)
 
 
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31 - 1), frac=st.floats(0.2, 1.1))
+def test_plan_agrees_with_grid_on_generated_recipes(tmp_path_factory, seed, frac):
+    """Recipes nobody here picked (tests/generated.py: any architecture, 1-4 GPUs, small
+    spaces): plan's answer, by increasing search, is the least count whose grid best reaches
+    the rate, whether or not goodput grows with the GPUs."""
+    from tests.generated import SPACES, random_recipe
+
+    rec = random_recipe(seed, requests=(150, 220),
+                        evaluator={"min_span": 2.0, "min_requests": 150, "max_probes": 20})
+    d = tmp_path_factory.mktemp("gen")
+    (d / "space.yaml").write_text(yaml.safe_dump({"architecture": rec.architecture,
+                                                  "budget": "exact",
+                                                  "params": SPACES[rec.architecture]}))
+    grid = {}
+    for g in range(1, rec.cluster.gpus + 1):
+        p = d / f"r{g}.yaml"
+        data = {**budget_recipe(rec, g).model_dump(mode="json"), "search_space": "space.yaml"}
+        p.write_text(yaml.safe_dump(data))
+        try:
+            res = run_grid(p)
+        except InputError:  # nothing of the space at this count (e.g. epd on 1 GPU)
+            grid[g] = None
+            continue
+        grid[g] = res["best"]["goodput_rps"] if res["best"] else None
+    top = max((v for v in grid.values() if v), default=0.0)
+    if top <= 0:
+        return  # no count meets the SLOs: covered by the unmeetable-SLO test
+    rate = top * frac
+    res = Planner(load_recipe(p), rate, TuneOptions(trials=64, out=str(d / "out"))).run()
+    assert (res.answer.gpus if res.answer else None) == _expected(grid, rate), (grid, rate)
+    for s in res.tuned:
+        assert s.goodput_rps == pytest.approx(grid[s.gpus], rel=1e-12)
+
+
 def test_up_stops_at_the_answer_and_bisect_tunes_fewer(world):
     grid = world["grid"]
     rate = (grid[2] + grid[3]) / 2  # 3 GPUs
