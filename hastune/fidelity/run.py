@@ -26,6 +26,7 @@ class Simulated:
     ttft_ms: float
     tpot_ms: float
     requests: int
+    throughput_rps: float = float("nan")
 
 
 def recipe_for(case: Case, models: dict[str, str], path: Path,
@@ -68,4 +69,5 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     tt, tp = res.ttft_measured(), res.tpot_measured()
     ok = np.isfinite(tt)
     return Simulated(float(np.mean(tt[ok])) * 1e3 if ok.any() else float("inf"),
-                     float(np.mean(tp[np.isfinite(tp)])) * 1e3, len(reqs))
+                     float(np.mean(tp[np.isfinite(tp)])) * 1e3, len(reqs),
+                     float(res.extra.get("throughput_rps", float("nan"))))
