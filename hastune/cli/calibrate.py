@@ -34,7 +34,9 @@ def calibrate(
     """Re-fit the profile's encode, prefill and decode forms from the engine's recorded steps
     and write the result to --out; prints each stage's error against the recorded steps
     before and after (median / P90 relative error; held out: on the quarter of the steps not
-    fitted). Exit codes: 0 written; 2 bad input."""
+    fitted).
+
+    Exit codes: 0 written; 2 bad input."""
     from hastune.calibrate.from_runs import load_runs, recalibrate
     from hastune.profile import load_profile
 
