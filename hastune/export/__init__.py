@@ -54,6 +54,9 @@ class ExportResult:
         if p.closest:
             out.append("  closest expressible deployment, not the tuned one:")
             out += [f"  - {c}" for c in p.closest]
+            if p.closest_config is not None:
+                out.append(f"  as a hastune config: {self.out / 'closest_config.yaml'} "
+                           "(hastune evaluate RECIPE --config it: its goodput)")
         if p.notes:
             out.append("  not expressed by the engine:")
             out += [f"  - {n}" for n in p.notes]
@@ -97,8 +100,22 @@ def export(cfg: ConfigBase, target: Target, engine: str, out: str | Path,
             res.files += write_manifest(res, target, backend or _backend(target), dummy)
         else:
             res.files += _write_runners(out, config_file)
+    if p.closest_config is not None and not p.blocking:
+        res.files.append(_write_closest(out, p.closest_config))
     res.files.append(readme.write(res, cfg, target))
     return res
+
+
+def _write_closest(out: Path, data: dict) -> Path:
+    import yaml
+
+    from hastune.config import dump_config, parse_config
+
+    text = ("# The nearest deployment the engine can express (hastune export --closest), as a "
+            "hastune config:\n# its goodput in the simulator: hastune evaluate RECIPE --config "
+            "closest_config.yaml\n")
+    return _write(out / "closest_config.yaml",
+                  text + yaml.safe_dump(dump_config(parse_config(data)), sort_keys=False))
 
 
 def _backend(t: Target) -> str:

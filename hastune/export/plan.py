@@ -59,6 +59,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)      # knobs the engine does not take
     blocking: list[str] = field(default_factory=list)   # what makes it inexpressible
     closest: list[str] = field(default_factory=list)    # what --closest changed
+    closest_config: dict[str, Any] | None = None        # it as a hastune config (to evaluate)
     nodes: int = 1
 
     def role(self, role: Role) -> list[Instance]:
@@ -148,12 +149,16 @@ def _easerve(d: dict, gpn: int, closest: bool) -> Plan:
         return Plan("epd", [], blocking=block, notes=notes, encode_batch=d["B"])
     if d["n_P"] > 0 and s >= 0.5:
         p = _epd(d, gpn, d["B"])
+        p.closest_config = {**_knobs(d), "s": 1.0}
         p.closest = [f"s = {s:g} -> 1: every prefill goes to the {d['n_P']} remote prefill "
                      f"instances; the {d['n_E']} encode instances only encode"]
     else:
         n_pre = d["n_E"] + d["n_P"]
         p = Plan("pd", _layout([("prefill", n_pre, d["tp_E"], 1, False),
                                 ("decode", d["n_D"], d["tp_D"], 1, False)], gpn))
+        p.closest_config = {"architecture": "fudg", "prefill_instances": n_pre,
+                            "prefill_tp": d["tp_E"], "decode_instances": d["n_D"],
+                            "decode_tp": d["tp_D"], "placement": "grouped"}
         p.closest = [f"the {d['n_E']} encode instances become prefill instances that encode "
                      "inline (what their local prefill did, time-shared instead of SM-split)"
                      + (f", beside the {d['n_P']} remote prefill instances" if d["n_P"] else "")
@@ -168,6 +173,10 @@ def _easerve(d: dict, gpn: int, closest: bool) -> Plan:
     return p
 
 
+def _knobs(d: dict) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if k not in ("kind", "name")}
+
+
 def _padg(d: dict, gpn: int, closest: bool) -> Plan:
     block = ["EcoServe's temporal disaggregation (each instance alternating prefill and "
              "decode windows, macro-instances of up to n_upper instances admitting requests "
@@ -176,10 +185,14 @@ def _padg(d: dict, gpn: int, closest: bool) -> Plan:
         block.append("mitosis (instances added and drained with the load) has no flag")
     if not closest:
         return Plan("aggregated", [], blocking=block)
+    chunk = 512  # nodg's default budget, emitted as the engine's token budget
     p = Plan("aggregated", _layout([("replica", d["instances"], d["tp"], d["pp"],
                                      d.get("expert_parallel", False))], gpn),
-             chunk_tokens=None, chunked=True)
+             chunk_tokens=chunk, chunked=True)
+    p.closest_config = {"architecture": "nodg", "replicas": d["instances"], "tp": d["tp"],
+                        "pp": d["pp"], "chunk_tokens": chunk,
+                        **({"expert_parallel": True} if d.get("expert_parallel") else {})}
     p.closest = [block[0], f"closest: {d['instances']} aggregated replicas of tp {d['tp']} x "
-                 f"pp {d['pp']} behind a router, with the engine's chunked prefill mixing "
-                 "prefill and decode in every step instead of in windows"]
+                 f"pp {d['pp']} behind a router, with the engine's chunked prefill ({chunk} "
+                 "tokens a step) mixing prefill and decode in every step instead of in windows"]
     return p

@@ -47,6 +47,9 @@ def write(res: ExportResult, cfg: ConfigBase, t: Target) -> Path:
     if p.closest:
         lines += ["## Closest expressible deployment (not the tuned one)", ""]
         lines += [f"- {c}" for c in p.closest] + [""]
+        if p.closest_config is not None:
+            lines += ["As a hastune config: closest_config.yaml (`hastune evaluate RECIPE "
+                      "--config closest_config.yaml` gives its goodput in the simulator).", ""]
     if res.commands:
         lines += ["## Instances", "", "| name | role | node | GPUs | port | command |",
                   "| --- | --- | --- | --- | --- | --- |"]

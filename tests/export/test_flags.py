@@ -123,6 +123,9 @@ def test_every_emitted_flag_exists_in_the_pinned_version(tmp_path_factory, data,
             by_node[(c.node, g)] = c.name
     if not res.plan.closest:  # the tuned deployment itself: every GPU it counts, once
         assert len(used) == cfg.gpus
+    elif res.plan.closest_config is not None:  # what was emitted, as a config to evaluate
+        near = parse_config(res.plan.closest_config)
+        assert len(used) == near.gpus and (d / "closest_config.yaml").exists()
 
 
 def test_shell_checks_pass_on_every_script(tmp_path):
