@@ -2,7 +2,9 @@
 deployment's goodput, and the registry of the ones hastune has.
 
 - `sim` — the simulators (hastune.evaluate.Evaluation): fast, deterministic for a seed.
-- `real` — the engine in runners/ with a real model (hastune.real.RealEvaluation).
+- `real` — the engine in runners/ with a real model (hastune.real.RealEvaluation); with an
+  `engine` (vllm, sglang) the exported deployment on that engine, measured at its OpenAI
+  endpoint (hastune.engines_real.OpenAIEvaluation).
 
 Adding one is a class with these methods and one entry in EVALUATORS. The tuner never imports
 an evaluator's internals: what a trial may run is the evaluator's `runnable`.
@@ -62,6 +64,9 @@ class EvaluatorOptions:
     backend: str = "local"          # real: where the engine's workers run
     ray_address: str | None = None  # real: the Ray cluster to join
     oversubscribe: bool = False     # real: run a deployment needing more devices than here
+    engine: str | None = None       # real: vllm or sglang instead of runners/ (engines_real)
+    launch_cmd: str | None = None   # real on an engine: start this instead of the export
+    dummy_weights: bool = False     # real on an engine: --load-format dummy
 
 
 def resolve_profile(recipe: Recipe, quiet: bool = False) -> tuple[Profile, ProfileSource]:
@@ -105,6 +110,9 @@ def resolve_profile(recipe: Recipe, quiet: bool = False) -> tuple[Profile, Profi
 
 
 def _sim(recipe: Recipe, o: EvaluatorOptions) -> Evaluator:
+    if o.engine is not None or o.launch_cmd is not None:
+        raise InputError(None, "--engine", "an engine's real trials are --evaluator real's",
+                         "add --evaluator real, or drop --engine / --launch-cmd")
     if o.backend != "local" or o.ray_address:
         raise InputError(None, "--backend", "the backend is the engine's: it applies to "
                          "--evaluator real", "add --evaluator real, or drop --backend")
@@ -114,6 +122,15 @@ def _sim(recipe: Recipe, o: EvaluatorOptions) -> Evaluator:
 
 
 def _real(recipe: Recipe, o: EvaluatorOptions) -> Evaluator:
+    if o.engine is not None:
+        from hastune.engines_real import OpenAIEvaluation, OpenAIOptions
+
+        return OpenAIEvaluation(recipe, OpenAIOptions(engine=o.engine, launch_cmd=o.launch_cmd,
+                                                      dummy_weights=o.dummy_weights),
+                                requests=o.requests, seed=o.seed)
+    if o.launch_cmd is not None:
+        raise InputError(None, "--launch-cmd", "a launch command replaces an engine's "
+                         "launch", "add --engine vllm or --engine sglang")
     from hastune.real import RealEvaluation, RealOptions
 
     return RealEvaluation(recipe, RealOptions(backend=o.backend, ray_address=o.ray_address,

@@ -42,7 +42,7 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     (4, "hastune.calibrate", ("hastune.calibrate",)),
     # evaluators: goodput of a config by simulation or on the engine, and pruning's bounds
     (5, "hastune evaluators", ("hastune.evaluate", "hastune.evaluators", "hastune.prune",
-                               "hastune.real")),
+                               "hastune.real", "hastune.engines_real")),
     # the tuner (HAS: pruning + Bayesian optimisation) and planning on it (fewest GPUs)
     (6, "hastune.tune", ("hastune.tune", "hastune.plan")),
     # the simulator scored against measured runs of real engines (issue 13)

@@ -35,6 +35,16 @@ def evaluate(
                                        "threads) or GPUs than this machine has, workers "
                                        "sharing them; the result is then not comparable with "
                                        "the simulator's (default: refused, exit 2)"),
+    engine: str | None = typer.Option(None, "--engine", help="with --evaluator real: launch "
+                                      "the deployment on vllm or sglang (the scripts of "
+                                      "hastune export, on this machine's GPUs) and measure it "
+                                      "at its OpenAI endpoint (docs/deploy.md)"),
+    launch_cmd: str | None = typer.Option(None, "--launch-cmd", help="with --engine: start "
+                                          "this shell command instead of the exported "
+                                          "launch ({port}: a free port it must serve on; "
+                                          "default $HASTUNE_ENGINE_CMD)"),
+    dummy_weights: bool = typer.Option(False, "--dummy-weights", help="with --engine: load "
+                                       "random weights (--load-format dummy)"),
 ) -> None:
     """Find the P90 goodput of a deployment: the highest rate that still meets the SLOs.
 
@@ -46,7 +56,9 @@ def evaluate(
     ev = make_evaluator(evaluator, rec, EvaluatorOptions(requests=requests, seed=seed,
                                                          backend=backend,
                                                          ray_address=ray_address,
-                                                         oversubscribe=oversubscribe))
+                                                         oversubscribe=oversubscribe,
+                                                         engine=engine, launch_cmd=launch_cmd,
+                                                         dummy_weights=dummy_weights))
     ev.check(cfg, config)
     con = Console(highlight=False, stderr=as_json)
     pct = rec.slo.percentile
