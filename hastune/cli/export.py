@@ -72,8 +72,15 @@ def export(
                          f"and the knobs {cfg.gpus}: they were not written together",
                          "tune again, or remove the target: block and pass --recipe")
     where = out if out is not None else config.parent / "deploy" / engine
-    res = run_export(cfg, target, engine, where, closest=closest, dummy=dummy_weights,
-                     config_file=str(config), backend=backend)
+    if where.exists() and not where.is_dir():
+        raise InputError(where, "--out", "is a file, not a directory",
+                         "give a directory (created if missing)")
+    try:
+        res = run_export(cfg, target, engine, where, closest=closest, dummy=dummy_weights,
+                         config_file=str(config), backend=backend)
+    except OSError as exc:
+        raise InputError(where, "--out", f"cannot write there ({exc.strerror or exc})",
+                         "give a directory you can write") from None
     if as_json:
         print(dumps({"engine": engine, "out": str(res.out), "written": res.written,
                      "files": [str(f) for f in res.files], "blocking": res.plan.blocking,

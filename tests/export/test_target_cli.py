@@ -142,3 +142,13 @@ def test_target_round_trips_and_a_changed_config_json_is_refused(tmp_path):
     cj.write_text(cj.read_text().replace('"num_hidden_layers": 32', '"num_hidden_layers": 30'))
     bad = recipe_mismatch(t, load_recipe(tmp_path / "r.yaml"))
     assert bad is not None and bad[0] == "model" and "differs" in bad[1]
+
+
+def test_export_input_errors_are_one_line(tuned, tmp_path):
+    cfg = tuned["video-qwen-8xa100"] / "best_config.yaml"
+    (tmp_path / "file").write_text("")
+    for args in (["--engine", "vllm", "--out", str(tmp_path / "file"), "--closest"],
+                 ["--engine", "trtllm"], ["--engine", "dynamo", "--backend", "trt"]):
+        r = hastune("export", str(cfg), *args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.strip().startswith("error:") and "Fix:" in r.stderr
