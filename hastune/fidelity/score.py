@@ -20,6 +20,7 @@ from hastune.fidelity.run import ROUNDS, recipe_for, simulate
 
 MIN_ROWS = 40   # the Done-when bar applies to engines with at least this many rows
 FOLDS = 4
+REFINE = 1     # Gauss-Newton steps after the fit from the prior's forms
 
 
 @dataclass
@@ -62,73 +63,91 @@ def fold_shapes(cases: list[Case], k: int = FOLDS) -> list[list[str]]:
     return [shapes[i::k] for i in range(k)]
 
 
+def _ticker(progress: Callable[[str, int, int], None] | None, total: int):
+    done = [0]
+
+    def tick(what: str) -> bool:
+        done[0] += 1
+        if progress:
+            progress(what, done[0], max(total, done[0]))
+        return True
+
+    return tick
+
+
 def run(path: str | Path, models: dict[str, str] | None = None, rounds: int = ROUNDS,
         only: Callable[[Case], bool] | None = None,
-        progress: Callable[[str, int, int], None] | None = None) -> Scorecard:
-    from hastune.evaluators import resolve_profile
-
+        progress: Callable[[str, int, int], None] | None = None,
+        refine: int = REFINE) -> Scorecard:
     t0 = time.perf_counter()
     path = Path(path)
     cases = [c for c in read_cases(path) if only is None or only(c)]
-    models = models or {}
     groups: dict[tuple[str, str], list[Case]] = defaultdict(list)
     for c in cases:
         groups[c.group].append(c)
-    scored = {c.id + str(c.line): Scored(c) for c in cases}
-    card = Scorecard(list(scored.values()), {}, {})
-    done = 0
+    card = Scorecard([Scored(c) for c in cases], {}, {})
+    scored = {id(r.case): r for r in card.rows}
+    tick = _ticker(progress, len(cases) * (2 + 4 * (1 + refine * (FOLDS + 1))))
     for g, members in groups.items():
-        profiles, sims = {}, {}
-        for c in members:
-            rec = recipe_for(c, models, path, rounds)
-            key = (rec.model, c.weights)
-            if key not in profiles:
-                profiles[key] = resolve_profile(rec, quiet=True)[0]
-            sims[c.line] = (c, profiles[key], rec)
-        mem = next(iter(profiles.values())).memory.gpu_bytes / 2**30
-        sched = et.scheduler_defaults(g[0], mem, g[1])
-
-        def sim_of(c: Case, terms: et.EngineTerms, sims=sims):
-            _, prof, rec = sims[c.line]
-            return simulate(c, prof, terms, rec), float(c.clients - 1)
-
-        forms = {}
-        for c in members:
-            forms[c.line] = F.form(lambda t, c=c: sim_of(c, t), sched, g[0])[0]
-            done += 1
-            if progress:
-                progress(f"{g[0]} {g[1]}: forms", done, len(cases) * 3)
-        meas_t = np.array([c.ttft_ms for c in members])
-        meas_p = np.array([c.tpot_ms for c in members])
-        theta = F.fit([forms[c.line] for c in members], meas_t, meas_p)
-        card.terms[g] = theta
-        folds = fold_shapes(members)
-        card.folds[g] = folds
-        for shapes in folds:
-            train = [c for c in members if c.shape not in shapes]
-            test = [c for c in members if c.shape in shapes]
-            th = F.fit([forms[c.line] for c in train], np.array([c.ttft_ms for c in train]),
-                       np.array([c.tpot_ms for c in train]))
-            t_f = F.terms(g[0], g[1], sched, th)
-            for c in test:
-                s = sim_of(c, t_f)[0]
-                r = scored[c.id + str(c.line)]
-                r.cv_ttft, r.cv_tpot = s.ttft_ms, s.tpot_ms
-                done += 1
-                if progress:
-                    progress(f"{g[0]} {g[1]}: cross-validation", done, len(cases) * 3)
-        t_all = F.terms(g[0], g[1], sched, theta)
-        for c in members:
-            s = sim_of(c, t_all)[0]
-            r = scored[c.id + str(c.line)]
-            r.fit_ttft, r.fit_tpot = s.ttft_ms, s.tpot_ms
-            f = forms[c.line]
-            r.kernels_ttft, r.kernels_tpot = float(f.ttft[0]), float(f.tpot[0])
-            done += 1
-            if progress:
-                progress(f"{g[0]} {g[1]}: fitted", done, len(cases) * 3)
+        _group(card, scored, g, members, models or {}, path, rounds, refine, tick)
     card.wall_s = time.perf_counter() - t0
     return card
+
+
+def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case],
+           models: dict[str, str], path: Path, rounds: int, refine: int, tick) -> None:
+    """One (engine, GPU): the prior's forms, the folds' fits and checks, the fit on all."""
+    from hastune.evaluators import resolve_profile
+
+    profiles, sims = {}, {}
+    for c in members:
+        rec = recipe_for(c, models, path, rounds)
+        key = (rec.model, c.weights)
+        if key not in profiles:
+            profiles[key] = resolve_profile(rec, quiet=True)[0]
+        sims[c.line] = (profiles[key], rec)
+    mem = next(iter(profiles.values())).memory.gpu_bytes / 2**30
+    sched = et.scheduler_defaults(g[0], mem, g[1])
+    label = f"{g[0]} {g[1]}"
+
+    def sim_of(c: Case, terms: et.EngineTerms):
+        prof, rec = sims[c.line]
+        return simulate(c, prof, terms, rec), float(c.clients - 1)
+
+    def form(c: Case, at=None) -> F.Form:
+        tick(f"{label}: linear forms")
+        return F.form(lambda t: sim_of(c, t), sched, g[0], at)
+
+    prior = {c.line: form(c) for c in members}
+
+    def fitted(rows: list[Case]) -> np.ndarray:
+        """Fit on `rows` from the prior's forms, then `refine` Gauss-Newton steps: the forms
+        of these rows again around the terms found, and a fit on those."""
+        mt = np.array([c.ttft_ms for c in rows])
+        mp = np.array([c.tpot_ms for c in rows])
+        th = F.fit([prior[c.line] for c in rows], mt, mp)
+        for _ in range(refine):
+            th = F.fit([form(c, th) for c in rows], mt, mp, start=th)
+        return th
+
+    folds = fold_shapes(members)
+    card.folds[g] = folds
+    for shapes in folds:
+        t_f = F.terms(g[0], g[1], sched, fitted([c for c in members if c.shape not in shapes]))
+        for c in (c for c in members if c.shape in shapes):
+            s = sim_of(c, t_f)[0]
+            r = scored[id(c)]
+            r.cv_ttft, r.cv_tpot = s.ttft_ms, s.tpot_ms
+            tick(f"{label}: cross-validation")
+    theta = fitted(members)
+    card.terms[g] = theta
+    t_all = F.terms(g[0], g[1], sched, theta)
+    for c in members:
+        s = sim_of(c, t_all)[0]
+        r = scored[id(c)]
+        r.fit_ttft, r.fit_tpot = s.ttft_ms, s.tpot_ms
+        r.kernels_ttft, r.kernels_tpot = prior[c.line].ttft0, prior[c.line].tpot0
+        tick(f"{label}: fitted")
 
 
 def aggregate(card: Scorecard) -> dict:
