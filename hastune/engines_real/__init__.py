@@ -72,7 +72,10 @@ def free_port() -> int:
 
 
 def port_free(port: int) -> bool:
+    """Nothing listens on 127.0.0.1:port (connections in TIME_WAIT do not count: the
+    servers bind with SO_REUSEADDR)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -28,7 +28,7 @@ START = 20.0
 
 
 def recipe(tmp: Path, ttft_slo: float, tpot_slo: float, out_tokens: int,
-           max_probes: int = 40) -> Path:
+           max_probes: int = 40, start: float = START) -> Path:
     data = {"kind": "recipe", "name": "standin", "model": "ref-small",
             "profile": str(ROOT / "profiles" / "cpu" / "ref-small-1core.yaml"),
             "cluster": {"gpu": "cpu", "gpus": 2, "gpus_per_node": 2},
@@ -38,7 +38,7 @@ def recipe(tmp: Path, ttft_slo: float, tpot_slo: float, out_tokens: int,
                          "prompt_tokens": {"dist": "fixed", "mean": 16},
                          "output_tokens": {"dist": "fixed", "mean": out_tokens}},
             "slo": {"ttft_s": ttft_slo, "tpot_s": tpot_slo, "percentile": 90},
-            "evaluator": {"start_rate": START, "tolerance": TOL, "max_probes": max_probes},
+            "evaluator": {"start_rate": start, "tolerance": TOL, "max_probes": max_probes},
             "seed": 0}
     p = tmp / "recipe.yaml"
     p.write_text(yaml.safe_dump(data))
@@ -97,12 +97,12 @@ def test_fixed_latencies_pass_at_every_rate_up_to_the_cap(tmp_path: Path) -> Non
     """TTFT 0.05 s, TPOT 0.01 s whatever the load, SLOs 0.1 / 0.02: every probe passes, so
     the search doubles from the start rate until its probes run out (max_probes 3)."""
     mark = uuid.uuid4().hex
-    rec = recipe(tmp_path, 0.1, 0.02, 4, max_probes=3)
+    rec = recipe(tmp_path, 0.1, 0.02, 4, max_probes=3, start=40.0)
     p = evaluate(rec, standin(tmp_path, ttft=0.05, tpot=0.01), mark)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     grid = RateGrid(TOL)
-    k0 = grid.index(START)
+    k0 = grid.index(40.0)
     want = [grid.rate(k0 + i * grid.steps(2.0)) for i in range(3)]
     assert [pr["rate"] for pr in out["probes"]] == pytest.approx(want)
     assert all(pr["passed"] for pr in out["probes"])
@@ -187,3 +187,55 @@ def test_refusals_exit_2(tmp_path: Path) -> None:
         assert p.returncode == 2, (why, p.stdout, p.stderr)
         assert why in p.stdout + p.stderr
         assert "Traceback" not in p.stderr
+
+
+FAKE_SERVER = """#!/usr/bin/env bash
+# a stand-in for {prog}: serves hastune.standin on the --port it is given
+port=""
+while [ $# -gt 0 ]; do
+  if [ "$1" = --port ]; then port="$2"; fi
+  shift
+done
+exec {python} -m hastune.standin --port "$port" --ttft 0.02 --tpot 0.005
+"""
+
+
+def fake_bin(tmp: Path) -> Path:
+    """vllm, vllm-router and nvidia-smi (two GPUs) that the exported scripts find on PATH."""
+    b = tmp / "bin"
+    b.mkdir()
+    for prog in ("vllm", "vllm-router"):
+        (b / prog).write_text(FAKE_SERVER.format(prog=prog, python=sys.executable))
+    (b / "nvidia-smi").write_text("#!/usr/bin/env bash\n"
+                                  "echo 'GPU 0: Fake (UUID: GPU-0)'\n"
+                                  "echo 'GPU 1: Fake (UUID: GPU-1)'\n")
+    for f in b.iterdir():
+        f.chmod(0o755)
+    return b
+
+
+def test_the_exported_launch_runs_and_ends(tmp_path: Path) -> None:
+    """Without --launch-cmd: hastune export's scripts (launch.sh, replica.sh, router.sh) start
+    in a scratch folder, launch.sh waits for every server's /health, the search measures the
+    router's endpoint, and every process of the tree ends with the run."""
+    from hastune.engines_real import port_free
+
+    busy = [p for p in (8000, 8400, 8401) if not port_free(p)]
+    if busy:
+        pytest.skip(f"ports {busy} (the exported deployment's) are in use here")
+    mark = uuid.uuid4().hex
+    rec = recipe(tmp_path, 0.1, 0.02, 4, max_probes=3, start=40.0)
+    e = {**env(mark), "PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}"}
+    e.pop("CUDA_VISIBLE_DEVICES", None)
+    e.pop("HASTUNE_ENGINE_CMD", None)
+    p = subprocess.run([sys.executable, "-m", "hastune", "evaluate", str(rec), "-c",
+                        str(CONFIG), "--evaluator", "real", "--engine", "vllm", "-n", "60",
+                        "--json"], capture_output=True, text=True, timeout=120, env=e,
+                       cwd=ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = json.loads(p.stdout)
+    assert out["launch"].endswith("launch.sh") and out["endpoint"] == "http://127.0.0.1:8000/v1"
+    assert all(pr["passed"] for pr in out["probes"]) and len(out["probes"]) == 3
+    logs = Path(out["logs"]) / "logs"
+    assert {f.name for f in logs.iterdir()} >= {"R0.log", "R1.log", "router.log"}
+    assert gone(mark) == []
