@@ -160,7 +160,9 @@ class Engine:
         return self
 
     def _gate(self, entry_workers: int) -> None:
-        """Admission control against the TTFT SLO, when there is one."""
+        """Admission control against the TTFT SLO, when there is one (called again: a gate
+        that has measured nothing yet, e.g. after a warm-up load)."""
+        self._entry = entry_workers
         o = self.opts
         if o.ttft_slo_s is not None and o.admit_margin is not None:
             self.gate = AdmissionGate(o.ttft_slo_s, o.admit_margin,
