@@ -26,6 +26,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -136,6 +137,10 @@ class OpenAIEvaluation:
         self.last: dict = {}            # the last deployment: where, endpoint, model
         self.client: dict = {"lag_max_s": 0.0, "errors": {}}
         self.media_as_text = int((self.pool.llm_tokens > 0).sum())
+        if self.media_as_text:
+            print(f"hastune: {self.media_as_text} of {len(self.pool)} requests carry media; "
+                  f"{self.opts.engine} gets their LLM tokens as text tokens (the encoder is "
+                  "not exercised; docs/deploy.md)", file=sys.stderr)
 
     # --- what it can run -------------------------------------------------------------------
 

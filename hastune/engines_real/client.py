@@ -114,32 +114,49 @@ async def stream_one(ep: Endpoint, model: str, req: Request, t0: float,
         if status != 200:
             text = b"".join([c async for c in _body(r, headers)])[:200]
             raise ConnectionError(f"HTTP {status}: {text.decode(errors='replace')}")
-        first = last = float("nan")
-        chunks, usage, buf = 0, None, b""
+        sse = SSE()
         async for data in _body(r, headers):
-            now = time.perf_counter() - t0
-            buf += data
-            *events, buf = buf.replace(b"\r\n", b"\n").split(b"\n\n")
-            for ev in events:
-                for line in ev.split(b"\n"):
-                    if not line.startswith(b"data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        continue
-                    obj = json.loads(payload)
-                    if obj.get("usage"):
-                        usage = obj["usage"].get("completion_tokens")
-                    if any(c.get("text") for c in obj.get("choices") or []):
-                        chunks += 1
-                        if chunks == 1:
-                            first = now
-                        last = now
-        if chunks == 0:
+            sse.feed(data, time.perf_counter() - t0)
+        if sse.chunks == 0:
             raise ConnectionError("the stream carried no token")
-        return first, last, int(usage) if usage else chunks
+        return sse.first, sse.last, sse.tokens
     finally:
         w.close()
+
+
+class SSE:
+    """A completion's server-sent events, fed as the bytes arrive (split anywhere): when the
+    first and last chunk carrying text came, how many did, and the usage's token count."""
+
+    def __init__(self) -> None:
+        self.first = self.last = float("nan")
+        self.chunks = 0
+        self.usage: int | None = None
+        self.buf = b""
+
+    @property
+    def tokens(self) -> int:
+        return self.usage if self.usage else self.chunks
+
+    def feed(self, data: bytes, now: float) -> None:
+        self.buf += data
+        *events, self.buf = self.buf.replace(b"\r\n", b"\n").split(b"\n\n")
+        for ev in events:
+            for line in ev.split(b"\n"):
+                if line.startswith(b"data:"):
+                    self._event(line[5:].strip(), now)
+
+    def _event(self, payload: bytes, now: float) -> None:
+        if payload == b"[DONE]":
+            return
+        obj = json.loads(payload)
+        if obj.get("usage"):
+            self.usage = int(obj["usage"].get("completion_tokens") or 0) or None
+        if any(c.get("text") for c in obj.get("choices") or []):
+            self.chunks += 1
+            if self.chunks == 1:
+                self.first = now
+            self.last = now
 
 
 async def _drive(ep: Endpoint, model: str, reqs: list[Request], timeout_s: float,
