@@ -117,6 +117,13 @@ def tune(
                                "compare with a --baseline of another recipe"),
     backend: str = BACKEND_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
+    engine: str | None = typer.Option(None, "--engine", help="with --evaluator real: each "
+                                      "trial launches its deployment on vllm or sglang and "
+                                      "measures it (docs/deploy.md; one worker)"),
+    launch_cmd: str | None = typer.Option(None, "--launch-cmd", help="with --engine: start "
+                                          "this command per trial instead of the export "
+                                          "({port}: a free port; default "
+                                          "$HASTUNE_ENGINE_CMD)"),
 ) -> None:
     """Find the deployment with the most P90 goodput: prune, then Bayesian optimisation.
 
@@ -142,11 +149,16 @@ def tune(
     base = None
     if baseline is not None:
         base = _read_baseline(baseline)
+    if engine is not None and workers > 1:
+        raise InputError(None, "--workers", "trials on an engine run one at a time (each "
+                         "deployment takes this machine's GPUs and the router's port)",
+                         "drop --workers")
     rec = load_recipe(recipe)
     opts = TuneOptions(trials=trials, sampler=sampler, evaluator=evaluator, storage=storage,
                        study=study, workers=workers, out=str(out), seed=seed,
                        prune=not no_prune, backend=backend, ray_address=ray_address,
-                       early_stop=early_stop, force=force)
+                       early_stop=early_stop, force=force, engine=engine,
+                       launch_cmd=launch_cmd)
     from hastune.tune.samplers import make_sampler
 
     make_sampler(sampler, 0)  # unknown sampler / missing torch: fail before any work

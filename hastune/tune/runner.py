@@ -71,6 +71,8 @@ class TuneOptions:
     warm_start: int = 5
     backend: str = "local"          # the engine's, with evaluator real
     ray_address: str | None = None
+    engine: str | None = None       # evaluator real on vllm / sglang (hastune.engines_real)
+    launch_cmd: str | None = None   # … started by this command instead of the export
     prepare_timeout_s: float = 3600.0  # how long to wait for another process's pruning
     force: bool = False             # resume a study tuned with another recipe or sampler
 
@@ -121,7 +123,8 @@ class Tuner:
         self.seed = recipe.seed if opts.seed is None else opts.seed
         if evaluator is None:
             evaluator = make_evaluator(opts.evaluator, recipe, EvaluatorOptions(
-                backend=opts.backend, ray_address=opts.ray_address))
+                backend=opts.backend, ray_address=opts.ray_address, engine=opts.engine,
+                launch_cmd=opts.launch_cmd))
         self.evaluator: Evaluator = evaluator
         # the profile and requests pruning works from (the simulator's, whatever measures)
         self.ev = evaluator if isinstance(evaluator, Evaluation) else Evaluation(recipe)
@@ -148,7 +151,8 @@ class Tuner:
             self.reaper.reap(study)  # repair what dead processes left
             self.history = check_resume(study, study_identity(
                 self.recipe, self.recipe_sha256, self.opts.sampler, self.seed,
-                self.opts.evaluator), self.opts.force, self.opts.storage or self.opts.out)
+                self.opts.evaluator + (f" on {self.opts.engine}" if self.opts.engine else "")),
+                self.opts.force, self.opts.storage or self.opts.out)
         except storage_errors() as exc:
             raise InputError(self.opts.storage or self.opts.out, "--storage",
                              f"cannot open study {self.study_name!r} ({root_cause(exc)})",

@@ -158,7 +158,7 @@ def test_no_process_left_after_a_signal_mid_run(tmp_path: Path, sig: int) -> Non
         deadline = time.monotonic() + 30
         while not (tmp_path / "standin.pid").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(1.5)  # health, warm-up, into the first probe
+        time.sleep(1.0)  # health, warm-up, into the first probe
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
         assert len(marked(mark)) >= 4  # hastune, watchdog, bash, sleep, standin
         proc.send_signal(sig)
@@ -239,3 +239,32 @@ def test_the_exported_launch_runs_and_ends(tmp_path: Path) -> None:
     logs = Path(out["logs"]) / "logs"
     assert {f.name for f in logs.iterdir()} >= {"R0.log", "R1.log", "router.log"}
     assert gone(mark) == []
+
+
+def test_tune_measures_each_trial_on_the_engine(tmp_path: Path) -> None:
+    """`hastune tune --evaluator real --engine vllm`: every evaluated trial is a search on
+    its own launch of the stand-in (fixed latencies: each passes up to its probes' cap)."""
+    mark = uuid.uuid4().hex
+    rec = recipe(tmp_path, 0.1, 0.02, 4, max_probes=3, start=40.0)
+    data = yaml.safe_load(rec.read_text())
+    data["architecture"] = "nodg"
+    rec.write_text(yaml.safe_dump(data))
+    out = tmp_path / "tune"
+    p = subprocess.run([sys.executable, "-m", "hastune", "tune", str(rec), "--evaluator",
+                        "real", "--engine", "vllm", "--launch-cmd",
+                        standin(tmp_path, ttft=0.05, tpot=0.01), "--trials", "2", "--out",
+                        str(out), "--no-plots", "--json"], capture_output=True, text=True,
+                       timeout=120, env=env(mark), cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    grid = RateGrid(TOL)
+    cap = grid.rate(grid.index(40.0) + 2 * grid.steps(2.0))
+    assert summary["evaluations"] >= 1
+    assert summary["goodput_rps"] == pytest.approx(cap)
+    assert (out / "best_config.yaml").exists()
+    assert gone(mark) == []
+    p = subprocess.run([sys.executable, "-m", "hastune", "tune", str(rec), "--evaluator",
+                        "real", "--engine", "vllm", "--workers", "2", "--out",
+                        str(tmp_path / "t2")], capture_output=True, text=True, timeout=60,
+                       env=env(mark), cwd=ROOT)
+    assert p.returncode == 2 and "one at a time" in p.stdout + p.stderr
