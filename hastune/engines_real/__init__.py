@@ -84,19 +84,21 @@ def port_free(port: int) -> bool:
     return True
 
 
-def local_gpus() -> int:
-    """NVIDIA GPUs this process may use (nvidia-smi -L, cut by CUDA_VISIBLE_DEVICES)."""
+def local_gpus() -> list[str]:
+    """The names of the NVIDIA GPUs this process may use (nvidia-smi -L, cut by
+    CUDA_VISIBLE_DEVICES)."""
     if shutil.which("nvidia-smi") is None:
-        return 0
+        return []
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return 0
-    n = sum(1 for ln in out.stdout.splitlines() if ln.startswith("GPU "))
+        return []
+    names = [ln.split(":", 1)[1].split("(UUID")[0].strip()
+             for ln in out.stdout.splitlines() if ln.startswith("GPU ") and ":" in ln]
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
     if vis is not None:
-        n = min(n, len([v for v in vis.split(",") if v.strip()]))
-    return n
+        names = names[:len([v for v in vis.split(",") if v.strip()])]
+    return names
 
 
 class Deployment:
@@ -136,6 +138,7 @@ class OpenAIEvaluation:
         self.live: Deployment | None = None
         self.last: dict = {}            # the last deployment: where, endpoint, model
         self.client: dict = {"lag_max_s": 0.0, "errors": {}}
+        self.gpu_note: str | None = None  # the GPUs here are not the recipe's
         self.media_as_text = int((self.pool.llm_tokens > 0).sum())
         if self.media_as_text:
             print(f"hastune: {self.media_as_text} of {len(self.pool)} requests carry media; "
@@ -164,12 +167,21 @@ class OpenAIEvaluation:
             raise InputError(config_path, None, f"the deployment spans {p.nodes} nodes; a "
                              "real trial launches on this machine only", "evaluate a "
                              "deployment of one node, or launch it yourself (--launch-cmd)")
-        have = local_gpus()
-        if have < config.gpus:
+        names = local_gpus()
+        if len(names) < config.gpus:
             raise InputError(config_path, None, f"the deployment needs {config.gpus} GPUs "
-                             f"and this machine has {have} usable", "run on a machine with "
-                             f"{config.gpus} GPUs, or point --launch-cmd (or ${ENV_CMD}) at a "
-                             "server to measure (python -m hastune.standin for a stand-in)")
+                             f"and this machine has {len(names)} usable", "run on a "
+                             f"machine with {config.gpus} GPUs, or point --launch-cmd (or "
+                             f"${ENV_CMD}) at a server to measure (python -m hastune.standin "
+                             "for a stand-in)")
+        from hastune.export.target import gpu_matches
+
+        want = self.recipe.cluster.gpu
+        other = sorted({n for n in names if not gpu_matches(want, n)})
+        if other and self.gpu_note is None:
+            self.gpu_note = (f"the recipe is for {want}; this machine's GPUs are "
+                             f"{', '.join(other)}: the goodput is theirs")
+            print(f"hastune: {self.gpu_note}", file=sys.stderr)
         prog = "vllm" if self.opts.engine == "vllm" else "python3"
         if shutil.which(prog) is None:
             raise InputError(None, "--engine", f"{prog} is not on PATH",
@@ -303,6 +315,8 @@ class OpenAIEvaluation:
         out.update(self.last)
         if self.media_as_text:
             out["media_as_text_tokens"] = self.media_as_text
+        if self.gpu_note:
+            out["gpu_note"] = self.gpu_note
         return out
 
     def goodput(self, config: AnyConfig, config_path: object = None,

@@ -236,6 +236,7 @@ def test_the_exported_launch_runs_and_ends(tmp_path: Path) -> None:
     out = json.loads(p.stdout)
     assert out["launch"].endswith("launch.sh") and out["endpoint"] == "http://127.0.0.1:8000/v1"
     assert all(pr["passed"] for pr in out["probes"]) and len(out["probes"]) == 3
+    assert "this machine's GPUs are Fake" in out["gpu_note"]  # the recipe says cpu
     logs = Path(out["logs"]) / "logs"
     assert {f.name for f in logs.iterdir()} >= {"R0.log", "R1.log", "router.log"}
     assert gone(mark) == []
