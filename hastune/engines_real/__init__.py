@@ -292,6 +292,12 @@ class OpenAIEvaluation:
             self.live = self._launch(config, config_path)
         reqs = self.requests_at(rate)
         rec = self._drive(reqs, rate, self.seed)
+        code = self.live.launched.exited()
+        if code is not None:  # not a measurement of the deployment: say so
+            raise InputError(config_path, None, f"{self.opts.engine} exited ({code}) during "
+                             f"the probe at {rate:.4g} req/s:\n"
+                             f"{self.live.launched.log_tail()}",
+                             f"see {self.live.launched.log_path}")
         lost = set(rec.failed)
         ttft, tpot = latencies(rec.arrival, rec.first, rec.last, rec.tokens, lost)
         n = len(ttft)

@@ -269,3 +269,16 @@ def test_tune_measures_each_trial_on_the_engine(tmp_path: Path) -> None:
                         str(tmp_path / "t2")], capture_output=True, text=True, timeout=60,
                        env=env(mark), cwd=ROOT)
     assert p.returncode == 2 and "one at a time" in p.stdout + p.stderr
+
+
+def test_an_engine_that_dies_mid_run_is_an_error(tmp_path: Path) -> None:
+    """The server exits during the first probe: exit 2 with its log, not a goodput."""
+    mark = uuid.uuid4().hex
+    rec = recipe(tmp_path, 1.0, 1.0, 100, start=40.0)  # each request ~1 s: mid-probe
+    cmd = (f"{standin(tmp_path, ttft=0.05, tpot=0.01)} & pid=$!; sleep 2; "
+           "echo standin gone; kill $pid; wait $pid; exit 7")
+    p = evaluate(rec, cmd, mark)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "exited (7) during the probe" in p.stdout + p.stderr
+    assert "standin gone" in p.stdout + p.stderr
+    assert gone(mark) == []
