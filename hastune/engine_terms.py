@@ -118,10 +118,10 @@ def scheduler_defaults(engine: str, gpu_memory_gib: float, gpu: str = "") -> Sch
 def terms_for(engine: str, gpu: str, gpu_memory_gib: float) -> EngineTerms:
     """The fitted terms of (engine, GPU), else the engine's pooled ones, else none but the
     scheduler's defaults (an engine without measurements: kernels only, said by `fitted_on`)."""
-    from hastune.engine_fitted import FITTED
+    from hastune.engine_fitted import FITTED, POOLED
 
     sched = scheduler_defaults(engine, gpu_memory_gib, gpu)
-    row = FITTED.get((engine, gpu)) or FITTED.get((engine, None))
+    row = FITTED.get((engine, gpu)) or FITTED.get((engine, POOLED.get(engine, "")))
     if row is None:
         return EngineTerms(engine, None, sched, fitted_on="no end-to-end measurements: "
                            "kernels and scheduler defaults only")

@@ -12,10 +12,10 @@ TARGET = Path(__file__).resolve().parent.parent / "engine_fitted.py"
 
 HEADER = '''"""Engine terms fitted on measured end-to-end runs (hastune.engine_terms; written by
 `hastune fidelity {file} --write`, from {rows} rows, sha256 {sha}).
-Keys: (engine, GPU), and (engine, None) for GPUs the engine has no measurements on (the
-terms of its GPU with the most rows). Fitted on that file only (see docs/fidelity.md)."""
+Keys: (engine, GPU). POOLED names, per engine, the GPU whose terms apply on GPUs it has no
+measurements on (its GPU with the most rows). Fitted on that file only (docs/fidelity.md)."""
 
-FITTED: dict[tuple[str, str | None], dict] = {{
+FITTED: dict[tuple[str, str], dict] = {{
 '''
 
 
@@ -30,13 +30,15 @@ def write_fitted(card, source: str | Path, target: Path = TARGET) -> Path:
     for g in sorted(card.terms):
         if g[0] not in best or counts[g] > counts[best[g[0]]]:
             best[g[0]] = g
-    entries = [(g, g) for g in sorted(card.terms)] + [((e, None), g) for e, g in
-                                                       sorted(best.items())]
-    for key, g in entries:
+    for g in sorted(card.terms):
+        key = g
         vals = {k: _round(float(x)) for k, x in zip(NAMES, card.terms[g])}
         body = "".join(f"        {k!r}: {v!r},\n" for k, v in vals.items())
         body += f"        'fitted_on': '{counts[g]} rows of {src.name} ({g[0]} on {g[1]})',\n"
         lines.append(f"    {key!r}: {{\n{body}    }},\n")
+    lines.append("}\n\nPOOLED: dict[str, str] = {\n")
+    for e, g in sorted(best.items()):
+        lines.append(f"    {e!r}: {g[1]!r},\n")
     lines.append("}\n")
     target.write_text("".join(lines))
     return target
