@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -209,6 +210,10 @@ def fake_bin(tmp: Path) -> Path:
     (b / "nvidia-smi").write_text("#!/usr/bin/env bash\n"
                                   "echo 'GPU 0: Fake (UUID: GPU-0)'\n"
                                   "echo 'GPU 1: Fake (UUID: GPU-1)'\n")
+    if shutil.which("curl") is None:  # launch.sh polls /health with curl -sf URL
+        (b / "curl").write_text(f"#!{sys.executable}\nimport sys, urllib.request\n"
+                                "try:\n    urllib.request.urlopen(sys.argv[-1], timeout=5)\n"
+                                "except Exception:\n    sys.exit(22)\n")
     for f in b.iterdir():
         f.chmod(0o755)
     return b
