@@ -26,7 +26,8 @@ def evaluate(
     seed: int | None = typer.Option(None, "--seed", help="override the recipe's seed"),
     evaluator: str = typer.Option("sim", "--evaluator", help="what measures it: "
                                   f"{', '.join(EVALUATORS)} (sim: the simulator; real: the "
-                                  "engine in runners/ with a real model)"),
+                                  "engine in runners/ with a real model, or vLLM / SGLang "
+                                  "with --engine)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
     backend: str = BACKEND_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
