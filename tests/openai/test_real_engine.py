@@ -52,9 +52,13 @@ def standin(tmp: Path, **lat: float) -> str:
             f"--pid-file {tmp / 'standin.pid'}")
 
 
-def env(mark: str) -> dict[str, str]:
-    return {**os.environ, "HASTUNE_TEST_MARK": mark, "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": str(ROOT)}
+def env(mark: str, tmp: Path | None = None) -> dict[str, str]:
+    """The CLI's environment: the mark, and the deployments' scratch folders under `tmp`."""
+    e = {**os.environ, "HASTUNE_TEST_MARK": mark, "OMP_NUM_THREADS": "1",
+         "PYTHONPATH": str(ROOT)}
+    if tmp is not None:
+        e["TMPDIR"] = str(tmp)
+    return e
 
 
 def evaluate(rec: Path, cmd: str, mark: str, *extra: str,
@@ -62,8 +66,8 @@ def evaluate(rec: Path, cmd: str, mark: str, *extra: str,
     return subprocess.run([sys.executable, "-m", "hastune", "evaluate", str(rec), "-c",
                            str(CONFIG), "--evaluator", "real", "--engine", "vllm",
                            "--launch-cmd", cmd, "-n", "60", "--json", *extra],
-                          capture_output=True, text=True, timeout=timeout, env=env(mark),
-                          cwd=ROOT)
+                          capture_output=True, text=True, timeout=timeout,
+                          env=env(mark, rec.parent), cwd=ROOT)
 
 
 def marked(mark: str) -> list[int]:
@@ -153,7 +157,7 @@ def test_no_process_left_after_a_signal_mid_run(tmp_path: Path, sig: int) -> Non
     cmd = f"sleep 600 & {standin(tmp_path, ttft=0.01, tpot=0.01)}"
     proc = subprocess.Popen([sys.executable, "-m", "hastune", "evaluate", str(rec), "-c",
                              str(CONFIG), "--evaluator", "real", "--engine", "vllm",
-                             "--launch-cmd", cmd, "-n", "60"], env=env(mark), cwd=ROOT,
+                             "--launch-cmd", cmd, "-n", "60"], env=env(mark, tmp_path), cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 30
@@ -175,7 +179,7 @@ def test_no_process_left_after_a_signal_mid_run(tmp_path: Path, sig: int) -> Non
 def test_refusals_exit_2(tmp_path: Path) -> None:
     rec = recipe(tmp_path, 0.1, 0.02, 4)
     base = [sys.executable, "-m", "hastune", "evaluate", str(rec), "-c", str(CONFIG)]
-    e = {**env(uuid.uuid4().hex), "CUDA_VISIBLE_DEVICES": ""}
+    e = {**env(uuid.uuid4().hex, tmp_path), "CUDA_VISIBLE_DEVICES": ""}
     cases = {
         "needs 2 GPUs": [*base, "--evaluator", "real", "--engine", "vllm"],
         "unknown engine": [*base, "--evaluator", "real", "--engine", "tgi"],
@@ -230,7 +234,7 @@ def test_the_exported_launch_runs_and_ends(tmp_path: Path) -> None:
         pytest.skip(f"ports {busy} (the exported deployment's) are in use here")
     mark = uuid.uuid4().hex
     rec = recipe(tmp_path, 0.1, 0.02, 4, max_probes=3, start=40.0)
-    e = {**env(mark), "PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}"}
+    e = {**env(mark, tmp_path), "PATH": f"{fake_bin(tmp_path)}:{os.environ['PATH']}"}
     e.pop("CUDA_VISIBLE_DEVICES", None)
     e.pop("HASTUNE_ENGINE_CMD", None)
     p = subprocess.run([sys.executable, "-m", "hastune", "evaluate", str(rec), "-c",
@@ -260,7 +264,7 @@ def test_tune_measures_each_trial_on_the_engine(tmp_path: Path) -> None:
                         "real", "--engine", "vllm", "--launch-cmd",
                         standin(tmp_path, ttft=0.05, tpot=0.01), "--trials", "2", "--out",
                         str(out), "--no-plots", "--json"], capture_output=True, text=True,
-                       timeout=120, env=env(mark), cwd=ROOT)
+                       timeout=120, env=env(mark, tmp_path), cwd=ROOT)
     assert p.returncode == 0, p.stderr
     summary = json.loads(p.stdout)
     grid = RateGrid(TOL)
