@@ -32,6 +32,14 @@ def _side(v: Cfg, name: str, *default: int) -> int:
     return v.int(name, *default)
 
 
+def _tile(v: Cfg, size: int, patch: int) -> tuple[int, int]:
+    """(image side, patch side), refused where not one patch fits in the image."""
+    if size < patch:
+        raise v.error("image_size", f"{size} px is smaller than one patch ({patch} px)",
+                      "give the tower's image side in pixels (e.g. 336 for CLIP ViT-L/14)")
+    return size, patch
+
+
 def _feature_layers(c: Cfg, key: str, layers: int, default: int) -> int:
     """Layers an engine runs up to the feature layer (vLLM drops the ones after it)."""
     if isinstance(c.raw(key, default), list):
@@ -51,7 +59,7 @@ def clip(c: Cfg, text_hidden: int, pre: Cfg | None, anyres: bool) -> EncoderArch
         raise v.error("model_type", f"vision tower {mt!r} is not modelled",
                       "use clip_vision_model or siglip_vision_model")
     H, layers = v.int("hidden_size"), v.int("num_hidden_layers")
-    size, patch = _side(v, "image_size"), _side(v, "patch_size")
+    size, patch = _tile(v, _side(v, "image_size"), _side(v, "patch_size"))
     grid = (size // patch) ** 2
     cls = 1 if mt == "clip_vision_model" else 0
     run = _feature_layers(c, "vision_feature_layer", layers, -2)
@@ -95,7 +103,7 @@ def siglip_gemma3(c: Cfg, text_hidden: int) -> EncoderArch:
     """Gemma 3: SigLIP at 896 px, 4×4 average pool to mm_tokens_per_image, RMSNorm + linear."""
     v = c.sub("vision_config")
     H, layers = v.int("hidden_size"), v.int("num_hidden_layers")
-    size, patch = _side(v, "image_size", 896), _side(v, "patch_size", 14)
+    size, patch = _tile(v, _side(v, "image_size", 896), _side(v, "patch_size", 14))
     grid = (size // patch) ** 2
     tokens = c.int("mm_tokens_per_image", 256)
     return EncoderArch(
