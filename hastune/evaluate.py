@@ -89,18 +89,17 @@ class Evaluation:
         self.profile = profile
         self.seed = recipe.seed if seed is None else seed
         self.base_requests = requests or recipe.workload.requests
+        self.closed = recipe.workload.arrival.process == "closed"
         self._pool: RequestSet = self._sample(self.base_requests)
         self.lifetime_s = self._zero_load_lifetime()
         slo = recipe.slo
         self.slo_lifetime_s = slo.ttft_s + slo.tpot_s * max(
             float(self._pool.output_tokens.mean()) - 1.0, 0.0)
-        self.closed = recipe.workload.arrival.process == "closed"
         self._pool = self._ramped(self._pool)
 
     def _sample(self, n: int) -> RequestSet:
         reqs = sample_requests(self.recipe.workload, n, self.seed, base=self.recipe.base_dir)
-        reqs = engine_terms.with_frontend(reqs, self.engine_terms)
-        return self._ramped(reqs) if hasattr(self, "closed") else reqs
+        return engine_terms.with_frontend(reqs, self.engine_terms)
 
     def _ramped(self, reqs: RequestSet) -> RequestSet:
         """Closed loop: the clients start spread over one zero-load request lifetime."""
@@ -152,7 +151,7 @@ class Evaluation:
     def requests_at(self, rate: float, n: int | None = None) -> RequestSet:
         n = self.probe_size(rate) if n is None else n
         if n > len(self._pool):
-            self._pool = self._sample(n)
+            self._pool = self._ramped(self._sample(n))
         return self._pool.head(n)
 
     def judge(self, run: RunResult, final: bool = True) -> Stability:

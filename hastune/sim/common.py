@@ -15,7 +15,7 @@ import numpy as np
 
 from hastune.runs import RunResult, latencies
 from hastune.sim.events import PRIO_ARRIVE, SimulationError
-from hastune.sim.frontend import engine_arrivals, frontend_delays, in_flight_at
+from hastune.sim.frontend import frontend_delays, in_flight_at, open_arrivals
 from hastune.workload import RequestSet
 
 # Event kind of an arrival that comes through the heap (a closed-loop client's next request,
@@ -60,9 +60,11 @@ class Arrivals:
         self.n = len(reqs)
         self.closed = reqs.think_s is not None
         f = reqs.frontend
-        self.fe = frontend_delays(reqs) if f is not None and not f.off else None
+        self.fe = None  # closed loop: each request's front-end delay
         self.sent: list[float] | None = None
         if self.closed:
+            if f is not None and not f.off:
+                self.fe = frontend_delays(reqs)
             self.clients = max(1, min(self.n, int(round(rate))))
             self.think = float(reqs.think_s)  # type: ignore[arg-type]
             self.issued = self.clients
@@ -78,11 +80,7 @@ class Arrivals:
             self.clients = 0
             self.think = 0.0
             self.issued = self.n
-            sent = reqs.arrivals(rate).tolist()
-            if self.fe is not None:
-                self.sent = sent
-                sent = engine_arrivals(sent, self.fe)
-            self.times = sent
+            self.times, self.sent = open_arrivals(reqs, rate)
 
     def initial(self) -> int:
         """How many requests arrive from the pre-computed list (all, or one per client; none
@@ -185,8 +183,8 @@ class EventLoop:
     def __init__(self, reqs: RequestSet, rate: float, closed_loop: bool = True):
         self.heap: list[tuple] = []
         self.seq = count()
-        fe = reqs.frontend  # its time per stream it serves (requests in flight, all replicas:
-        # a client's request waits behind those of the instance it goes to, ~ in flight/replicas)
+        fe = reqs.frontend  # the front end's wait per request in flight; a simulator divides
+        # it by the instances that stream tokens (each has its own front end)
         self.per_stream = fe.per_stream_s if fe is not None else 0.0
         if closed_loop:
             feed = Arrivals(reqs, rate)
@@ -202,13 +200,7 @@ class EventLoop:
         else:
             self.feed = None
             self.closed = False
-            sent = reqs.arrivals(rate).tolist()
-            self.sent = None
-            fe = reqs.frontend
-            if fe is not None and not fe.off:
-                self.sent = sent
-                sent = engine_arrivals(sent, frontend_delays(reqs))
-            self.arr = sent
+            self.arr, self.sent = open_arrivals(reqs, rate)
             self.n_open = len(self.arr)
         self.arrived = 0
         self.t = 0.0

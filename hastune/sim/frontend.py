@@ -19,10 +19,15 @@ def frontend_delays(reqs: RequestSet) -> list[float]:
     return (np.asarray(d, dtype=float) + np.zeros(len(reqs))).tolist()
 
 
-def engine_arrivals(sent: list[float], delay: list[float]) -> list[float]:
-    """Open loop: when the engine sees requests sent at `sent` (in order) that spend `delay`
-    in the front end; they reach it in the order sent."""
-    return np.maximum.accumulate(np.asarray(sent) + np.asarray(delay)).tolist()
+def open_arrivals(reqs: RequestSet, rate: float) -> tuple[list[float], list[float] | None]:
+    """Open loop: (when the engine sees each request, when its client sent it — None without
+    a front end, where the two are the same). Requests reach the engine in the order sent."""
+    sent = reqs.arrivals(rate).tolist()
+    fe = reqs.frontend
+    if fe is None or fe.off:
+        return sent, None
+    seen = np.maximum.accumulate(np.asarray(sent) + np.asarray(frontend_delays(reqs)))
+    return seen.tolist(), sent
 
 
 def in_flight_at(sent: np.ndarray, finish: np.ndarray) -> np.ndarray:

@@ -7,19 +7,17 @@ the queue, to prefill its prompt and the tokens it had made again (recompute) an
 there; its first token keeps its time, and the stall shows in its TPOT.
 
 The run is the event-by-event one of hastune.sim.nodg_run (`ahead` off: every iteration an
-event, the shared loop), with admission against the live KV (`PagedDecode.reserved` is the
+event, the shared loop; its arrivals, with no output KV taken at admission), with admission
+against the live KV (`PagedDecode.reserved` is the
 batch's context) and decode stretches that end at the step where KV would run out
 (`PagedDecode.next_finish`)."""
 
 from __future__ import annotations
 
-import math
 from heapq import heapify
 
 from hastune.policies import Prompt
-from hastune.sim.events import PRIO_DONE
 from hastune.sim.instance import ReplicaDecode
-from hastune.sim.nodg_plan import STEP
 from hastune.sim.nodg_run import _Run
 
 
@@ -59,47 +57,14 @@ class _PagedRun(_Run):
             d = PagedDecode(rp.tm.decode, rp.tm.first_gpu)
             d.sched = rp.sched
             rp.dec = d
-        self.early_ok = False
         n = len(self.out_tok)
+        self.out_kv = [0] * n     # admission takes the prompt's KV only (see _Run.arrive)
         self.gen = [0] * n        # tokens made before the current stretch of decoding
         self.joined = [0] * n     # the decode step it (re)joined at
         self.order = [0] * n      # admission order (the victim is the newest)
         self.redo: dict[int, int] = {}  # preempted: tokens made, to recompute
         self.preempted = 0
         self.seq_join = 0
-
-    def arrive(self, q: int, t: float) -> None:
-        self.next_arrival = q + 1
-        k = self.pick()
-        rp = self.reps[k]
-        pre = self.pre_tok[q]
-        p = rp.sched.queue(q, pre, pre)  # the prompt's KV only
-        if p is None:
-            self.rejected.append(q)
-            self.t_first[q] = self.t_last[q] = math.inf
-            self.done(k, q, t)
-            return
-        d = rp.dec
-        if not rp.active:
-            rp.active = True
-            rp.busy_since = t
-            d.t0 = t
-        elif rp.in_iter:
-            return
-        else:  # decoding only: the next step boundary takes it
-            tb, sb = d.boundary(t)
-            if tb < rp.ev_t:
-                rp.ver += 1
-                rp.ev_t = tb
-                rp.target = sb
-                self.heap_push(k, rp, tb)
-            return
-        self.plan(k, t)
-
-    def heap_push(self, k: int, rp, t: float) -> None:
-        from heapq import heappush
-
-        heappush(self.heap, (t, PRIO_DONE, next(self.seq), STEP, k, rp.ver))
 
     def step(self, k: int, t: float) -> None:
         rp = self.reps[k]

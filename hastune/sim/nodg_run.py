@@ -70,6 +70,7 @@ class _Run(Planner):
         (self.pre_tok, _, self.out_tok, mm, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs)
         self.mm = mm
+        self.out_kv = self.out_tok  # output KV taken at admission (reserved up front)
         if mm:  # each request's inline encode, 0 without a payload
             x = reqs.encoder_tokens
             lat = sim.timings[0].encode_latency(1, x, x * x)
@@ -149,7 +150,7 @@ class _Run(Planner):
         pre = self.pre_tok[q]
         sched = rp.sched
         alone = self.solo_ok and not sched.waiting and not sched.prefilling
-        p = sched.queue(q, pre + self.out_tok[q], pre)
+        p = sched.queue(q, pre + self.out_kv[q], pre)
         if p is None:
             self.rejected.append(q)
             self.t_first[q] = self.t_last[q] = math.inf
