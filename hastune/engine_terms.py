@@ -78,17 +78,6 @@ class EngineTerms:
     frontend: FrontEnd = FrontEnd()
     fitted_on: str = ""        # what the terms were fitted on (rows, CV), for the record
 
-    def as_dict(self) -> dict:
-        return {"engine": self.engine, "gpu": self.gpu, "iteration_s": self.iteration_s,
-                "per_seq_s": self.per_seq_s, "kernel_scale": self.kernel_scale,
-                "frontend_s": self.frontend.request_s,
-                "frontend_per_token_s": self.frontend.per_token_s,
-                "frontend_per_stream_s": self.frontend.per_stream_s,
-                "chunk_tokens": self.scheduler.chunk_tokens,
-                "prefill_tokens": self.scheduler.prefill_tokens,
-                "max_seqs": self.scheduler.max_seqs,
-                "memory_share": self.scheduler.memory_share, "fitted_on": self.fitted_on}
-
 
 def scheduler_defaults(engine: str, gpu_memory_gib: float, gpu: str = "") -> Scheduler:
     """The engine's own defaults on a GPU with that much memory (read from the engines'
@@ -132,7 +121,7 @@ def terms_for(engine: str, gpu: str, gpu_memory_gib: float) -> EngineTerms:
                        row.get("fitted_on", ""))
 
 
-def _section(v: TPVariant | Profile, t: EngineTerms, mem_scale: float):
+def _section(v: TPVariant | Profile, t: EngineTerms):
     k = t.kernel_scale
     pre, dec = v.prefill, v.decode
     pre2 = pre.model_copy(update={
@@ -168,9 +157,9 @@ def applies(profile: Profile) -> bool:
 def apply(profile: Profile, t: EngineTerms) -> Profile:
     """The profile with the engine's terms in every TP (and EP) variant's iteration
     latencies and memory; the encoder as it is."""
-    base = _section(profile, t, 1.0)
-    variants = {d: _section(v, t, 1.0) for d, v in profile.variants.items()}
-    eps = {d: {e: _section(v, t, 1.0) for e, v in m.items()}
+    base = _section(profile, t)
+    variants = {d: _section(v, t) for d, v in profile.variants.items()}
+    eps = {d: {e: _section(v, t) for e, v in m.items()}
            for d, m in profile.ep_variants.items()}
     return base.model_copy(update={"variants": variants, "ep_variants": eps,
                                    "kv_on_demand": t.scheduler.preempts})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +40,6 @@ class Scorecard:
     terms: dict[tuple[str, str], np.ndarray]
     folds: dict[tuple[str, str], list[list[str]]]
     wall_s: float = 0.0
-    notes: list[str] = field(default_factory=list)
 
 
 def _err(sim: float, meas: float) -> float:
