@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from hastune import archs
 from hastune.config import AnyConfig
@@ -55,7 +56,50 @@ def _vocab(model: str) -> int:
         return 1000
 
 
-class RealEvaluation:
+class Probing:
+    """What the evaluators that measure a live deployment share (this module's engine and
+    hastune.engines_real's OpenAI-compatible servers): short probes drawn from `pool`, the
+    stability verdict with a real run's wider shortfall, the simulator's first guess of a
+    rate, and closing the deployment when used as a context manager. Subclasses set
+    `recipe`, `opts` (requests, max_span_s, shortfall) and `pool`, and define `check` and
+    `close`."""
+
+    recipe: Recipe
+    pool: RequestSet
+    opts: Any
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()  # type: ignore[attr-defined]
+
+    def requests_at(self, rate: float) -> RequestSet:
+        n = min(self.opts.requests, max(20, int(rate * self.opts.max_span_s)))
+        return self.pool.head(n)
+
+    def judge(self, run: RunResult) -> Stability:
+        """The stability verdict on a real run (hastune.stability), with the wider
+        `shortfall` a short real run needs; not judged in closed loop or under a schedule."""
+        verdict = unjudged(self.recipe.workload)
+        if verdict is not None:
+            return verdict
+        return run.stability(self.recipe.slo, self.opts.shortfall)
+
+    def runnable(self, config: Config) -> bool:
+        return accepts(self.check, config)  # type: ignore[attr-defined]
+
+    def _start_rate(self, config: Config) -> float:
+        """The simulator's first guess when the recipe has a profile, else 2 req/s."""
+        try:
+            from hastune.evaluate import Evaluation
+
+            return Evaluation(self.recipe, requests=self.opts.requests).start_rate(config)
+        except InputError:
+            return 2.0
+
+
+class RealEvaluation(Probing):
     name = "real"
 
     def __init__(self, recipe: Recipe, options: RealOptions | None = None,
@@ -134,16 +178,6 @@ class RealEvaluation:
             eng.stop()  # type: ignore[attr-defined]
         self._engines.clear()
 
-    def __enter__(self) -> RealEvaluation:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def requests_at(self, rate: float) -> RequestSet:
-        n = min(self.opts.requests, max(20, int(rate * self.opts.max_span_s)))
-        return self.pool.head(n)
-
     def run(self, config: Config, rate: float, config_path: object = None) -> RunResult:
         from runners.engine.load import jobs_from, to_result
 
@@ -156,14 +190,6 @@ class RealEvaluation:
         run = to_result(rec, self.opts.warmup)
         run.verdict = self.judge(run)
         return run
-
-    def judge(self, run: RunResult) -> Stability:
-        """The stability verdict on a real run (hastune.stability), with the wider
-        `shortfall` a short real run needs; not judged in closed loop or under a schedule."""
-        verdict = unjudged(self.recipe.workload)
-        if verdict is not None:
-            return verdict
-        return run.stability(self.recipe.slo, self.opts.shortfall)
 
     def check(self, config: Config, config_path: object = None) -> None:
         """What the engine cannot run (its architecture module says: tp/pp > 1, mitosis, an
@@ -179,9 +205,6 @@ class RealEvaluation:
 
         o = self.opts
         check_fit(config, o.device, o.threads, o.backend, o.oversubscribe, config_path)
-
-    def runnable(self, config: Config) -> bool:
-        return accepts(self.check, config)
 
     def describe(self) -> dict:
         """How it measured: requests per probe, the backend, the devices (`fit`: what the
@@ -210,12 +233,3 @@ class RealEvaluation:
                                   max_rate=1e3)
         finally:
             self.close()
-
-    def _start_rate(self, config: Config) -> float:
-        """The simulator's first guess when the recipe has a profile, else 2 req/s."""
-        try:
-            from hastune.evaluate import Evaluation
-
-            return Evaluation(self.recipe, requests=self.opts.requests).start_rate(config)
-        except InputError:
-            return 2.0

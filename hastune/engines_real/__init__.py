@@ -36,11 +36,11 @@ from pathlib import Path
 import numpy as np
 
 from hastune.config import AnyConfig
-from hastune.errors import InputError, accepts
+from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe, search_goodput
+from hastune.real import Probing
 from hastune.recipe import Recipe
 from hastune.runs import RunResult, latencies
-from hastune.stability import Stability, unjudged
 from hastune.workload import RequestSet, sample_requests
 
 ENGINES = ("vllm", "sglang")
@@ -111,7 +111,7 @@ class Deployment:
         self.launched.stop()
 
 
-class OpenAIEvaluation:
+class OpenAIEvaluation(Probing):
     name = "real"
 
     def __init__(self, recipe: Recipe, options: OpenAIOptions | None = None,
@@ -187,9 +187,6 @@ class OpenAIEvaluation:
             raise InputError(None, "--engine", f"{prog} is not on PATH",
                              f"install {self.opts.engine} (the pinned version: docs/deploy.md)")
 
-    def runnable(self, config: AnyConfig) -> bool:
-        return accepts(self.check, config)
-
     # --- launch and teardown ---------------------------------------------------------------
 
     def _launch(self, config: AnyConfig, config_path: object = None) -> Deployment:
@@ -252,17 +249,7 @@ class OpenAIEvaluation:
             self.live.stop()
             self.live = None
 
-    def __enter__(self) -> OpenAIEvaluation:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # --- probes ----------------------------------------------------------------------------
-
-    def requests_at(self, rate: float) -> RequestSet:
-        n = min(self.opts.requests, max(20, int(rate * self.opts.max_span_s)))
-        return self.pool.head(n)
 
     def _requests(self, reqs: RequestSet, rate: float, seed: int):
         from hastune.engines_real.client import Request
@@ -308,12 +295,6 @@ class OpenAIEvaluation:
         run.verdict = self.judge(run)
         return run
 
-    def judge(self, run: RunResult) -> Stability:
-        verdict = unjudged(self.recipe.workload)
-        if verdict is not None:
-            return verdict
-        return run.stability(self.recipe.slo, self.opts.shortfall)
-
     def describe(self) -> dict:
         out: dict = {"requests_per_probe": self.opts.requests, "engine": self.opts.engine,
                      "client": {"lag_max_s": self.client["lag_max_s"],
@@ -342,11 +323,3 @@ class OpenAIEvaluation:
                                   max_rate=self.opts.max_rate)
         finally:
             self.close()
-
-    def _start_rate(self, config: AnyConfig) -> float:
-        try:
-            from hastune.evaluate import Evaluation
-
-            return Evaluation(self.recipe, requests=self.opts.requests).start_rate(config)
-        except InputError:
-            return 2.0
