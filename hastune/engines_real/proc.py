@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from hastune.procs import pid_alive
+
 GRACE_S = 10.0
 _LIVE: set[Launched] = set()
 
@@ -41,19 +43,6 @@ def descendants(pid: int) -> list[int]:
             out.append(c)
             todo.append(c)
     return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes
-        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _signal_all(pgid: int, pids: list[int], sig: int) -> None:
@@ -77,7 +66,7 @@ def end_group(pgid: int, grace_s: float = GRACE_S, also: list[int] | None = None
     _signal_all(pgid, pids, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not any(alive(p) for p in pids) and (member or not _group_alive(pgid)):
+        if not any(pid_alive(p) for p in pids) and (member or not _group_alive(pgid)):
             return
         time.sleep(0.05)
     _signal_all(pgid, pids, signal.SIGKILL)
@@ -134,7 +123,7 @@ class Launched:
                 self.proc.wait(self.grace_s + 5)
             except subprocess.TimeoutExpired:
                 pass
-        end_group(self.pgid, 0.5, [p for p in below if alive(p)])  # whatever is left
+        end_group(self.pgid, 0.5, [p for p in below if pid_alive(p)])  # whatever is left
         try:
             self.proc.wait(5)
         except subprocess.TimeoutExpired:

@@ -43,6 +43,7 @@ from typing import Any
 
 import optuna
 
+from hastune.procs import pid_alive
 from hastune.tune.storage import worker_id
 
 RUNNING = optuna.trial.TrialState.RUNNING
@@ -192,20 +193,6 @@ def heartbeat(study: optuna.Study) -> Heartbeat:
 
 
 # -- dead workers ----------------------------------------------------------------------------
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (dead, not yet reaped by its parent) is dead
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 class Reaper:
     """Fails the RUNNING trials of dead workers and any WAITING trial. One per process: it
     remembers when it first saw each heartbeat value."""
@@ -224,7 +211,7 @@ class Reaper:
         if w == worker_id():
             return None  # this process
         host, _, pid = w.rpartition(":")
-        if host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid)):
+        if host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid)):
             return f"its worker {w} is gone"
         beat = t.system_attrs.get(BEAT)
         now = time.monotonic()
