@@ -87,19 +87,26 @@ class DevicePartition:
         return s
 
     @contextmanager
+    def _sharing(self) -> Iterator[tuple[float, int]]:
+        """Without green contexts an encode and a local prefill share the whole device:
+        (1.0, 1 if the other was running when this one started)."""
+        with self._lock:
+            self._busy += 1
+            overlap = int(self._busy > 1)
+        try:
+            yield 1.0, overlap
+        finally:
+            with self._lock:
+                self._busy -= 1
+
+    @contextmanager
     def encoding(self, batch: int) -> Iterator[tuple[float, int]]:
         """Run an encode batch of `batch` items inside: on its SM share (green contexts).
         Yields (the device share it runs on, 1 if a local prefill runs at its start)."""
         self.encodes += 1
         if self.green is None:
-            with self._lock:
-                self._busy += 1
-                overlap = int(self._busy > 1)
-            try:
-                yield 1.0, overlap
-            finally:
-                with self._lock:
-                    self._busy -= 1
+            with self._sharing() as got:
+                yield got
             return
         _, n_e, n_p = self.sms_for(batch)
         stream = self.green.stream(n_e)
@@ -120,14 +127,8 @@ class DevicePartition:
         Yields (the device share it runs on, 1 if an encode runs at its start)."""
         if self.green is None:
             self.prefills_whole += 1
-            with self._lock:
-                self._busy += 1
-                overlap = int(self._busy > 1)
-            try:
-                yield 1.0, overlap
-            finally:
-                with self._lock:
-                    self._busy -= 1
+            with self._sharing() as got:
+                yield got
             return
         share = 1.0
         with self._lock:
