@@ -83,10 +83,7 @@ class _PagedRun(_Run):
         else:
             fin = d.advance(t, rp.target, self.t_last)
         if fin:
-            self.release(k, len(fin))
-            if self.closed:
-                for e in fin:
-                    self.loop.finished(e[1], t)
+            self.left(k, fin, t)
         self.make_room(rp)
         self.plan(k, t)
 

@@ -143,6 +143,14 @@ class _Run(Planner):
         if self.closed:
             self.loop.finished(q, t)
 
+    def left(self, k: int, fin, t: float) -> None:
+        """The decode entries `fin` finished at replica k at t: out of the router, and in
+        closed loop their clients send their next requests."""
+        self.release(k, len(fin))
+        if self.closed:
+            for e in fin:
+                self.loop.finished(e[1], t)
+
     def arrive(self, q: int, t: float) -> None:
         self.next_arrival = q + 1
         k = self.pick()
@@ -235,10 +243,7 @@ class _Run(Planner):
         else:
             fin = d.advance(t, rp.target, self.t_last)
         if fin:
-            self.release(k, len(fin))
-            if self.closed:
-                for e in fin:
-                    self.loop.finished(e[1], t)
+            self.left(k, fin, t)
         sched = rp.sched
         if sched.waiting or sched.prefilling or d.n == 0:
             self.plan(k, t)
