@@ -50,6 +50,9 @@ def main() -> int:
     print(f"{len(rows)} rows, terms {args.terms}: |TTFT(400)/TTFT(40) - 1| median "
           f"{np.median(d):.2%}, P90 {np.percentile(d, 90):.2%}, max {d.max():.2%}; "
           f"{int((d > 0.05).sum())} over 5% ({time.perf_counter() - t0:.0f} s)")
+    for eng in sorted({r[0].engine for r in rows}):
+        e = np.array([r[3] for r in rows if r[0].engine == eng])
+        print(f"  {eng}: {len(e)} rows, {int((e > 0.05).sum())} over 5%, max {e.max():.2%}")
     for c, a, b, x in sorted(rows, key=lambda r: -r[3])[:10]:
         if x > 0.05:
             print(f"  {c.engine} {c.gpu} tp{c.tp} {c.shape} c{c.clients}: {a:.0f} -> {b:.0f} ms")
