@@ -4,10 +4,11 @@ before and after `hastune calibrate` re-fits the profile from the engine's own s
 1. The profile: the shipped one-core profile (profiles/cpu/ref-small-1core.yaml, one thread per
    worker as the engine runs them); `--fresh` re-profiles here first (`hastune profile --model
    ref-small --device cpu --threads 1`, cached in benchmarks/.cache).
-2. For 4 deployments (epd ×2, nodg, padg; two worker processes each: they fit a 2-core
-   machine) of benchmarks/fidelity-recipe.yaml and 3 rates each (30 / 60 / 85% of the
-   simulated goodput), runs the simulator and the engine on the same requests and compares
-   P90 TTFT and P90 TPOT; then compares the goodputs (real: the same search, 10% tolerance).
+2. For 4 deployments (the shipped reference configs of epd, nodg and padg, and epd with B=1;
+   two worker processes each: they fit a 2-core machine) of benchmarks/fidelity-recipe.yaml
+   and 3 rates each (30 / 60 / 85% of the simulated goodput), runs the simulator and the
+   engine on the same requests and compares P90 TTFT and P90 TPOT; then compares the
+   goodputs (real: the same search, 10% tolerance).
 3. Re-fits the profile from the steps the engine recorded in step 2's rate sweep
    (hastune.calibrate.from_runs, what `hastune calibrate` runs) and prints the simulator's
    errors again with the re-fitted profile, against the same measurements.
@@ -27,22 +28,20 @@ from pathlib import Path
 
 import yaml
 
-from hastune.config import EPDConfig, EPDStaticConfig, NoDGConfig, PaDGConfig
+from hastune.config import EPDConfig, EPDStaticConfig, load_config
 from hastune.evaluate import Evaluation
 from hastune.profile import load_profile
 from hastune.real import RealEvaluation, RealOptions
 from hastune.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
-# At most two worker processes each: one per core of a 2-core machine, as the simulator
+# The shipped reference configs (examples/configs/reference-cpu-{epd,nodg,padg}.yaml), and epd
+# with B=1: two worker processes each, one per core of a 2-core machine, as the simulator
 # assumes one device per worker (three processes on two cores time-share, which it does not
 # model). `--configs all` adds the three-worker ones.
-CONFIGS = [
-    EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=1, B=1, s=0.0),
-    EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=1, B=4, s=0.0),
-    NoDGConfig(architecture="nodg", replicas=2, tp=1, pp=1),
-    PaDGConfig(architecture="padg", instances=2, tp=1, pp=1, n_upper=2),
-]
+SHIPPED = [load_config(ROOT / "examples" / "configs" / f"reference-cpu-{a}.yaml")
+           for a in ("epd", "nodg", "padg")]
+CONFIGS = [EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=1, B=1, s=0.0), *SHIPPED]
 THREE_WORKERS = [
     EPDConfig(architecture="epd", n_E=1, n_P=1, n_D=1, B=2, s=0.5),
     EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=2, B=4, s=0.0),
@@ -80,6 +79,9 @@ def report(rows: list, gp_rows: list, what: str) -> None:
         es = [err(gs, gr) for _, gs, gr in gp_rows]
         print(f"goodput: median error {100 * statistics.median(es):.0f}%, worst "
               f"{100 * max(es):.0f}%")
+        tpot = statistics.median(r[1] for r in rows)
+        print(f"targets: every goodput within 15%: {'met' if max(es) <= 0.15 else 'NOT met'}; "
+              f"P90 TPOT median error ≤ 20%: {'met' if tpot <= 0.20 else 'NOT met'}")
 
 
 def compare(sim: Evaluation, pairs: list, pct: float, show: bool) -> list:

@@ -13,6 +13,14 @@ of clients, one at a time.
 A probe passes when its run meets the SLOs *and* is stable (hastune.stability): a short run of
 an overloaded deployment whose queues have not yet grown fails. Every probe uses the same
 RequestSet (common random numbers), so rates and deployments see identical requests.
+
+Measured probes are noisy. With `repeat` (the real evaluators: a probe within the noise of the
+SLO) a probe is run again at its rate, with the same requests and arrivals, up to `repeats`
+runs in all; its verdict is the majority's (a tie fails) and its numbers the median run's of
+that side; so are the bracket's two ends once the bisection is done (`_settle`: an end that
+flips moves the bracket). The result then has a `spread`: the highest rate every run of which
+passed and the lowest above it every run of which failed, so that the search's bracket and the
+repeats' disagreement both widen it. The simulator passes neither; its results are unchanged.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hastune.recipe import SLO
+from hastune.repeats import majority, spread
 from hastune.runs import RunResult
 from hastune.stability import Stability
 
@@ -37,6 +46,20 @@ class Probe:
     stability: Stability | None = None
     requests: int = 0
     phase: str = "coarse"   # "coarse" (locating) or "fine" (full-length: the verdict counts)
+    repeats: list[Probe] = field(default_factory=list)  # the other runs at this rate, if any
+
+    @property
+    def runs(self) -> int:
+        return 1 + len(self.repeats)
+
+    @property
+    def runs_passed(self) -> int:
+        return int(self.passed) + sum(q.passed for q in self.repeats)
+
+    @property
+    def unanimous(self) -> bool:
+        """Every run at this rate gave the verdict this probe has."""
+        return all(q.passed == self.passed for q in self.repeats)
 
     def as_dict(self, percentile: float) -> dict:
         tag = "p90" if percentile == 90 else f"p{percentile:g}"
@@ -45,6 +68,9 @@ class Probe:
              "requests": self.requests, "phase": self.phase}
         if self.stability is not None:
             d["stability"] = self.stability.as_dict()
+        if self.repeats:
+            d.update(runs=self.runs, runs_passed=self.runs_passed,
+                     repeats=[q.as_dict(percentile) for q in self.repeats])
         return d
 
 
@@ -58,6 +84,8 @@ class GoodputResult:
     best_run: RunResult | None = None
     bracketed: bool = True
     early_stopped: bool = False
+    # (low, high) req/s where the search repeats close probes (None: it does not, the sim)
+    spread: tuple[float, float] | None = None
 
     def failure(self, slo: SLO) -> str | None:
         """Why no rate meets the SLOs (None when one does): the lowest rate probed and what
@@ -85,6 +113,7 @@ class GoodputResult:
             "bracketed": self.bracketed,
             "early_stopped": self.early_stopped,
             "probes": [p.as_dict(self.percentile) for p in self.probes],
+            **({} if self.spread is None else {"spread_rps": list(self.spread)}),
         }
 
 
@@ -137,7 +166,9 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
                    incumbent: float | None = None, early_stop: bool = False,
                    coarse_tolerance: float = 0.1,
                    integer: bool = False,
-                   confirm: Callable[[float], RunResult] | None = None) -> GoodputResult:
+                   confirm: Callable[[float], RunResult] | None = None,
+                   repeat: Callable[[RunResult, Probe], bool] | None = None,
+                   repeats: int = 3) -> GoodputResult:
     """Find the largest passing grid rate; `run_at(rate)` runs one probe (its `verdict`, when
     set, says whether the run was stable).
 
@@ -151,31 +182,20 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
     narrowed to `coarse_tolerance` by `run_at` (`early_stopped`; its value is then a passing
     rate of a short probe, not the exact answer). Without `early_stop` the incumbent is
     ignored: the search is the configuration's own. `integer`: rates are numbers of clients
-    (closed loop)."""
+    (closed loop).
+
+    With `repeat` (it says whether a run is within the noise of the SLO) such a probe is run
+    again, up to `repeats` runs, and decided by their majority (`repeated`), and so are the
+    bracket's two ends (`_settle`, not with `confirm`); the result then carries its `spread`
+    (hastune.repeats)."""
     grid = RateGrid(tolerance, integer)
     res = GoodputResult(0.0, slo.criterion, slo.percentile, tolerance)
     k_min = grid.index(max(min_rate, 1.0 if integer else min_rate))
     k_max = grid.index(max_rate)
 
-    def prober(runner: Callable[[float], RunResult], phase: str) -> Callable[[int], bool]:
-        cache: dict[int, bool] = {}
-
-        def probe(k: int) -> bool:
-            if k not in cache:
-                rate = grid.rate(k)
-                run = runner(rate)
-                p = probe_of(run, slo)
-                p.phase = phase
-                res.probes.append(p)
-                if on_probe:
-                    on_probe(p)
-                if p.passed and phase == final_phase and (
-                        res.best_run is None or rate > res.best_run.rate):
-                    res.best_run = run
-                cache[k] = p.passed
-            return cache[k]
-
-        return probe
+    def prober(runner: Callable[[float], RunResult], phase: str) -> _Prober:
+        return _Prober(runner, phase, phase == final_phase, grid, slo, res, on_probe, repeat,
+                       repeats)
 
     use_incumbent = early_stop and incumbent is not None and incumbent > 0
     final_phase = "fine" if confirm is not None and not use_incumbent else "coarse"
@@ -214,10 +234,113 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
             hi = k
     if lo is not None and hi is not None:
         lo, hi = _bisect(coarse, lo, hi, stop_at, res, max_probes)
+        if repeat is not None and final_phase == "coarse":
+            lo, hi = _settle(coarse, lo, hi, k_min, k_max, stop_at, res, max_probes)
     if lo is not None and final_phase == "fine":
         lo = _refine(prober(confirm, "fine"), lo, k_min, k_max, res, max_probes)  # type: ignore
     res.goodput_rps = grid.rate(lo) if lo is not None else 0.0
+    if repeat is not None:
+        res.spread = spread([p for p in res.probes if p.phase == final_phase],
+                            res.goodput_rps, grid)
     return res
+
+
+class _Prober:
+    """One phase's probes on the grid, each rate run once (then cached) and, with `repeat`,
+    again while within the noise; `again(k)` runs rate k to a majority of `repeats`. The
+    result's probes (one per rate), `on_probe` and, for the final phase, its `best_run` (the
+    highest passing rate's run) follow every verdict."""
+
+    def __init__(self, runner: Callable[[float], RunResult], phase: str, final: bool,
+                 grid: RateGrid, slo: SLO, res: GoodputResult,
+                 on_probe: Callable[[Probe], None] | None,
+                 repeat: Callable[[RunResult, Probe], bool] | None, repeats: int):
+        self.runner, self.phase, self.final, self.grid, self.slo = runner, phase, final, grid, slo
+        self.res, self.on_probe, self.repeat, self.repeats = res, on_probe, repeat, repeats
+        self.cache: dict[int, bool] = {}
+        self.runs: dict[int, list[tuple[RunResult, Probe]]] = {}
+        self.shown: dict[int, tuple[RunResult, Probe]] = {}
+
+    def __call__(self, k: int) -> bool:
+        if k not in self.cache:
+            rate = self.grid.rate(k)
+            run = self.runner(rate)
+            p = probe_of(run, self.slo)
+            self.runs[k] = [(run, p)]
+            if self.repeat is not None and self.repeats > 1 and self.repeat(run, p):
+                run, p = repeated(lambda: self.runner(rate), self.slo, self.runs[k],
+                                  self.repeats)
+            self._show(k, run, p)
+        return self.cache[k]
+
+    def again(self, k: int) -> bool:
+        rate = self.grid.rate(k)
+        n = len(self.runs[k])
+        run, p = repeated(lambda: self.runner(rate), self.slo, self.runs[k], self.repeats)
+        if len(self.runs[k]) > n:
+            self._show(k, run, p)
+        return self.cache[k]
+
+    def _show(self, k: int, run: RunResult, p: Probe) -> None:
+        for q in (p, *p.repeats):
+            q.phase = self.phase
+        old = self.shown.get(k)
+        if old is None:
+            self.res.probes.append(p)
+        else:
+            self.res.probes[next(i for i, q in enumerate(self.res.probes) if q is old[1])] = p
+        self.shown[k] = (run, p)
+        self.cache[k] = p.passed
+        if self.on_probe:
+            self.on_probe(p)
+        if self.final:
+            best = max((kk for kk, ok in self.cache.items() if ok), default=None)
+            self.res.best_run = None if best is None else self.shown[best][0]
+
+
+def _settle(probe: _Prober, lo: int, hi: int, k_min: int, k_max: int, stop_at: int,
+            res: GoodputResult, max_probes: int) -> tuple[int | None, int | None]:
+    """Runs the bracket's two ends again (the same requests) until a majority decides each;
+    when one flips, the bracket moves to the largest passing rate and the smallest failing
+    one above it (walking on in doubling steps when either is missing) and is bisected
+    again, with two probes more than `max_probes` allows — and walking down as far as it
+    takes: a flip late in the search must not leave it without an answer. The verdicts that
+    decide the goodput are then never a single noisy run."""
+    grid, max_probes = probe.grid, max_probes + 2
+    for _ in range(4 * max_probes):
+        if probe.again(lo) and not probe.again(hi):
+            break
+        passes = [k for k, ok in probe.cache.items() if ok]
+        lo_ = max(passes, default=None)
+        fails = [k for k, ok in probe.cache.items() if not ok and (lo_ is None or k > lo_)]
+        hi_ = min(fails, default=None)
+        while lo_ is None and hi_ > k_min:  # type: ignore[operator]  # until one passes
+            k = max(grid.down(hi_), k_min)  # type: ignore[arg-type]
+            lo_, hi_ = (k, hi_) if probe(k) else (None, k)
+        while hi_ is None and len(res.probes) < max_probes and lo_ < k_max:  # type: ignore
+            k = min(grid.up(lo_), k_max)  # type: ignore[arg-type]
+            lo_, hi_ = (lo_, k) if not probe(k) else (k, None)
+        if lo_ is None or hi_ is None:
+            res.bracketed = False
+            return lo_, hi_
+        lo, hi = _bisect(probe, lo_, hi_, stop_at, res, max_probes)
+    return lo, hi
+
+
+def _load(p: Probe, slo: SLO) -> float:
+    """How near a probe is to its SLOs: the larger of its TTFT and TPOT over their SLOs."""
+    return max(p.ttft_p / slo.ttft_s, p.tpot_p / slo.tpot_s)
+
+
+def repeated(again: Callable[[], RunResult], slo: SLO, runs: list[tuple[RunResult, Probe]],
+             repeats: int) -> tuple[RunResult, Probe]:
+    """`runs` at one rate and more from `again` until a majority decides (hastune.repeats)."""
+
+    def more() -> tuple[RunResult, Probe]:
+        run = again()
+        return run, probe_of(run, slo)
+
+    return majority(runs, repeats, more, lambda p: _load(p, slo))
 
 
 def _bisect(probe: Callable[[int], bool], lo: int, hi: int, stop_at: int, res: GoodputResult,

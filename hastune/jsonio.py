@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 
 def _clean(x: object) -> object:
@@ -21,3 +22,12 @@ def _clean(x: object) -> object:
 def dumps(obj: dict) -> str:
     """JSON for machines: no NaN (null), infinity as the string 'inf', floats to 6 places."""
     return json.dumps(_clean(obj), indent=2)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file beside it: a half-written file never
+    replaces a whole one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -2,17 +2,24 @@
 measures goodput from real timestamps, with the same goodput search as the simulator.
 
 Short runs: `requests` per probe (default 120), each probe's arrivals capped at `max_span_s`
-seconds, 10% tolerance, ≤ 8 probes — a real probe costs seconds, not milliseconds. Each probe
+seconds, 10% tolerance, ≤ 8 probes (the recipe's tolerance when coarser, its max_probes when
+fewer) — a real probe costs seconds, not milliseconds. Each probe
 carries the simulator's stability verdict (hastune.stability) with a wider shortfall (10%);
-a real probe is not extended. The engine
+a real probe is not extended but, when its verdict is within the noise of the SLO
+(`Probing.close_call`) or it is one of the two that bracket the answer, run again with the
+same requests and arrivals, up to `repeats` runs, and decided by their majority; the result
+reports its `spread` (hastune.goodput, docs/engine.md "Noisy probes"). The engine
 starts once per deployment and serves every probe. torch loads only in the worker processes.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from hastune import archs
 from hastune.config import AnyConfig
@@ -27,13 +34,22 @@ Config = AnyConfig
 
 
 @dataclass
-class RealOptions:
+class ProbeOptions:
+    """How the evaluators that measure a live deployment (Probing's subclasses) probe it."""
+
     requests: int = 120
     max_span_s: float = 20.0
     tolerance: float = 0.1
     shortfall: float = 0.1          # stability: short real runs are noisier than simulated ones
     max_probes: int = 8
     warmup: float = 0.1
+    warm_requests: int = 12         # untimed requests before the first probe
+    repeats: int = 3                # runs of a close probe at most (majority; 1: never again)
+    noise_band: float = 0.1         # a P90 within ±10% of its SLO is a close call
+
+
+@dataclass
+class RealOptions(ProbeOptions):
     device: str = "cpu"
     kv_tokens: int = 1 << 16
     backend: str = "local"          # local processes or ray actors (runners/engine/backend.py)
@@ -43,8 +59,7 @@ class RealOptions:
     # runs it, workers sharing devices, and the record says it is not comparable with the sim
     oversubscribe: bool = False
     record_steps: bool = True       # each worker's step timings into the record (describe)
-    warm_requests: int = 12         # untimed requests a new engine serves before its 1st probe
-    warm_rate: float = 6.0          # … at this rate (req/s)
+    warm_rate: float = 6.0          # the warm-up's rate (req/s), on each new engine
 
 
 def _vocab(model: str) -> int:
@@ -85,6 +100,46 @@ class Probing:
         if verdict is not None:
             return verdict
         return run.stability(self.recipe.slo, self.opts.shortfall)
+
+    def close_call(self, run: RunResult, probe: Probe) -> bool:
+        """Whether a probe's verdict is within the noise of the SLO, so that it is run again:
+        its P90 TTFT or TPOT within ±`noise_band` of the SLO; or the share of requests over
+        an SLO (attainment: missing either) within 2 binomial standard errors of the share
+        the criterion allows (P90: 10%; ±5.8% at 108 measured requests); or a verdict that
+        hinges on the steady-state test: the SLOs met on the window but not stable (a short
+        run's throughput and last third are noisy)."""
+        slo, band = self.recipe.slo, self.opts.noise_band
+        if slo.criterion != "attainment" and any(
+                abs(got / want - 1.0) <= band for got, want in
+                ((probe.ttft_p, slo.ttft_s), (probe.tpot_p, slo.tpot_s))):
+            return True
+        ttft, tpot = run.ttft[run.measured], run.tpot[run.measured]
+        with np.errstate(invalid="ignore"):
+            if slo.criterion == "attainment":
+                allowed = 1.0 - slo.attainment
+                overs = [(ttft > slo.ttft_s) | (~np.isnan(tpot) & (tpot > slo.tpot_s))]
+            else:
+                allowed = 1.0 - slo.percentile / 100.0
+                overs = [ttft > slo.ttft_s, tpot[~np.isnan(tpot)] > slo.tpot_s]
+        for over in overs:
+            if over.size and abs(over.mean() - allowed) <= 2.0 * math.sqrt(
+                    allowed * (1.0 - allowed) / over.size):
+                return True
+        v = probe.stability
+        if v is None or not v.judged:
+            return False
+        return not v.stable and probe.slo_met
+
+    def grid(self) -> dict:
+        """search_goodput's grid: the recipe's tolerance when coarser than the options', its
+        max_probes when fewer."""
+        ev = self.recipe.evaluator
+        return {"tolerance": max(self.opts.tolerance, ev.tolerance),
+                "max_probes": min(self.opts.max_probes, ev.max_probes)}
+
+    def noise(self) -> dict:
+        """search_goodput's arguments for repeating close probes."""
+        return {"repeat": self.close_call, "repeats": self.opts.repeats}
 
     def runnable(self, config: Config) -> bool:
         return accepts(self.check, config)  # type: ignore[attr-defined]
@@ -211,7 +266,8 @@ class RealEvaluation(Probing):
         deployment needs and has; `oversubscribed` and a note when it ran on fewer) and
         every probe's step timings (`engine_steps`, runners/engine/steplog.py), the input of
         `hastune calibrate`."""
-        out: dict = {"requests_per_probe": self.opts.requests, "backend": self.opts.backend}
+        out: dict = {"requests_per_probe": self.opts.requests, "backend": self.opts.backend,
+                     "repeats": self.opts.repeats, "noise_band": self.opts.noise_band}
         if self.fit is not None:
             out["fit"] = self.fit
             if self.fit.get("oversubscribed"):
@@ -227,9 +283,8 @@ class RealEvaluation(Probing):
         start = self.recipe.evaluator.start_rate or self._start_rate(config)
         try:
             return search_goodput(lambda r: self.run(config, r, config_path), self.recipe.slo,
-                                  start_rate=start, tolerance=self.opts.tolerance,
-                                  max_probes=self.opts.max_probes, on_probe=on_probe,
-                                  incumbent=incumbent, early_stop=early_stop, min_rate=0.05,
-                                  max_rate=1e3)
+                                  start_rate=start, on_probe=on_probe, incumbent=incumbent,
+                                  early_stop=early_stop, min_rate=0.05, max_rate=1e3,
+                                  **self.grid(), **self.noise())
         finally:
             self.close()

@@ -207,3 +207,14 @@ def recalibrate(prof: Profile, probes: list[dict[str, dict]], seed: int = 0,
     if prof.fit is not None:
         update["fit"] = prof.fit.model_copy(update={"error": errs})
     return prof.model_copy(update=update), fits
+
+
+def write_profile(prof: Profile, out: Path, head: str) -> None:
+    """Write `prof` to `out` (atomically: a half-written profile never replaces one), the
+    comment lines `head` first."""
+    import yaml
+
+    from hastune.jsonio import write_atomic
+
+    write_atomic(out, head + yaml.safe_dump(prof.model_dump(mode="json"), sort_keys=False,
+                                            width=100))

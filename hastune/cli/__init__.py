@@ -42,6 +42,7 @@ def _register() -> None:
         model,
         plan,
         profile,
+        prune,
         serve,
         simulate,
         tune,

@@ -37,7 +37,7 @@ def calibrate(
     fitted).
 
     Exit codes: 0 written; 2 bad input."""
-    from hastune.calibrate.from_runs import load_runs, recalibrate
+    from hastune.calibrate.from_runs import load_runs, recalibrate, write_profile
     from hastune.profile import load_profile
 
     if out.resolve() == profile.resolve():
@@ -50,17 +50,11 @@ def calibrate(
                          "(e.g. profiles/cpu/ref-small-1core.yaml)") from None
     probes = load_runs(runs)
     new, fits = recalibrate(prof, probes, seed=seed)
-    import yaml
-
     cmd = "hastune calibrate " + " ".join(shlex.quote(str(r)) for r in runs) + \
         f" --profile {shlex.quote(str(profile))} --out {shlex.quote(str(out))}"
     head = (f"# Re-fitted from {sum(f.rows for f in fits)} engine steps of {len(runs)} "
             f"run(s) ({len(probes)} probes) on {profile}.\n# Regenerate: {cmd}\n")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(head + yaml.safe_dump(new.model_dump(mode="json"), sort_keys=False,
-                                         width=100))
-    tmp.replace(out)
+    write_profile(new, out, head)
     if as_json:
         print(dumps({"profile": str(profile), "out": str(out), "probes": len(probes),
                      "stages": [f.as_dict() for f in fits]}))

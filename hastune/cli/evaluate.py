@@ -73,6 +73,8 @@ def evaluate(
                 why = ("  steady" if v.stable else f"  [yellow]unstable: {v.reason}[/]")
             elif v is not None:  # not judged: say why (stopped early, closed loop, …)
                 why = f"  ({v.reason})"
+            if p.repeats:  # a close call, run again: the majority's verdict, the median run
+                why += f"  [cyan]{p.runs_passed} of {p.runs} runs pass[/]"
             con.print(f"  rate {p.rate:9.3f} req/s  {p.requests:7d} req  "
                       f"TTFT P{pct:g} {fmt_s(p.ttft_p):>10}  TPOT P{pct:g} {fmt_s(p.tpot_p):>10}"
                       f"  attainment {p.attainment:6.1%}  {mark}{why}")
@@ -107,9 +109,17 @@ def evaluate(
                 f"({res.goodput_rps / cfg.gpus:.3f} per GPU)")
     tab.add_row("criterion", f"{res.criterion}, P{pct:g}, tolerance {res.tolerance:.0%}")
     span = ev.describe().get("probe_span_s")
-    tab.add_row("probes", f"{len(res.probes)} in {wall:.2f} s" + (
+    runs = sum(p.runs for p in res.probes)
+    tab.add_row("probes", f"{len(res.probes)}{f' ({runs} runs)' if runs > len(res.probes) else ''}"
+                f" in {wall:.2f} s" + (
         f", each at least {span:.4g} s of arrivals (min_span × request lifetime)"
         if span is not None else ""))
+    if res.spread is not None:
+        lo, hi = res.spread
+        again = sum(p.runs > 1 for p in res.probes)
+        tab.add_row("spread", f"{lo:.3f} – {hi:.3f} req/s (where the goodput lies as far "
+                    f"as the probes tell; {again} of {len(res.probes)} run again: close "
+                    "calls and the bracket's ends)")
     fit = out.get("fit") or {}
     if fit.get("oversubscribed"):
         tab.add_row("devices", f"[yellow]{fit['arithmetic']}: {fit['note']}[/]")

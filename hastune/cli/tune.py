@@ -17,7 +17,7 @@ from rich.table import Table
 from hastune.cli import app
 from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps
 from hastune.cli.tune_run import fail, one_line, run_workers, storage_errors
-from hastune.config import config_dict, parse_config
+from hastune.config import parse_config
 from hastune.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CONFIG, InputError
 from hastune.errors import EXIT_GATE as EXIT_REGRESSION
 from hastune.evaluators import EVALUATORS
@@ -124,6 +124,12 @@ def tune(
                                           "this command per trial instead of the export "
                                           "({port}: a free port; default "
                                           "$HASTUNE_ENGINE_CMD)"),
+    recheck: int = typer.Option(0, "--recheck", help="after the simulated search, the engine "
+                                "(runners/) measures the top K configurations, re-fits the "
+                                "profile from their steps, re-ranks, and measures what enters "
+                                "the top K; the answer is the best measured (0: off)"),
+    recheck_rounds: int = typer.Option(3, "--recheck-rounds", help="measuring rounds of "
+                                       "--recheck at most"),
 ) -> None:
     """Find the deployment with the most P90 goodput: prune, then Bayesian optimisation.
 
@@ -154,6 +160,9 @@ def tune(
                          "deployment takes this machine's GPUs and the router's port)",
                          "drop --workers")
     rec = load_recipe(recipe)
+    from hastune.tune.recheck import check_recipe
+
+    check_recipe(rec, recheck, recheck_rounds, evaluator, engine)  # before the search
     opts = TuneOptions(trials=trials, sampler=sampler, evaluator=evaluator, storage=storage,
                        study=study, workers=workers, out=str(out), seed=seed,
                        prune=not no_prune, backend=backend, ray_address=ray_address,
@@ -177,6 +186,7 @@ def tune(
     live = Live(mon.render(), console=console, refresh_per_second=4,
                 transient=False) if (console.is_terminal and not as_json) else None
     interrupted, failures = run_workers(tuner, st, str(recipe), mon, live)
+    recheck_error = None
     from hastune.config import parse_config
     from hastune.tune.outputs import best_trial
 
@@ -188,6 +198,12 @@ def tune(
         summary = summarize(tuner, st, time.perf_counter() - t0, final)
     except storage_errors() as exc:
         fail([*failures, f"cannot read the study back ({one_line(exc)}): no outputs written"])
+    if recheck and not interrupted and not failures:
+        from hastune.cli.tune_recheck import recheck_stage
+
+        measured, recheck_error = recheck_stage(tuner, st, recheck, recheck_rounds, summary,
+                                                console, enabled=not as_json)
+        final = measured or final
     if "profile_source" in (desc := tuner.ev.describe()):  # built on demand, shipped, ...
         summary["profile_source"] = desc["profile_source"]
     code = 0 if summary["meets_slo"] else EXIT_NO_CONFIG
@@ -205,6 +221,8 @@ def tune(
         files = write_outputs(tuner, st, summary, final, plots=not no_plots)
     except storage_errors() as exc:
         fail([*failures, f"cannot write the outputs to {out}: {one_line(exc)}"])
+    if recheck_error is not None:  # the outputs hold what was measured before it
+        raise recheck_error
     if as_json:
         print(dumps(summary))
     else:
@@ -243,138 +261,3 @@ def _read_baseline(path: Path) -> dict:
         raise InputError(path, "goodput_rps", "missing or not a number",
                          "give the summary.json of a previous `hastune tune` run")
     return data
-
-
-@app.command("prune")
-def prune_cmd(
-    recipe: Path = typer.Argument(..., help="recipe YAML"),
-    top: int = typer.Option(10, "--top", help="candidates to list"),
-    probe_top: int = typer.Option(3, "--probe-top",
-                                  help="best-bounded candidates simulated for the lower bound"),
-    margin: float | None = typer.Option(
-        None, "--margin", help="capacity-rule allowance: keep a configuration whose bound × "
-        "margin reaches the lower bound (default: (1 + tolerance) / (1 − shortfall))"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-) -> None:
-    """Stage 1 alone: how many configurations each rule removes, and the survivors by bound.
-
-    Exit codes: 0 some configuration is kept; 3 every one is removed (the rules that removed
-    them are named); 2 bad input."""
-    from hastune.evaluate import Evaluation
-    from hastune.prune import emptied, prune
-    from hastune.recipe import load_recipe
-    from hastune.space import space_for
-
-    _check_count(top, "--top", "candidates to list")
-    _check_count(probe_top, "--probe-top", "candidates to simulate (0: no capacity rule)")
-    if margin is not None and not (math.isfinite(margin) and margin > 0):
-        raise InputError(None, "--margin", f"must be a finite number > 0 (got {margin})",
-                         "give an allowance such as 1.2, or leave it out for the derived one")
-    rec = load_recipe(recipe)
-    ev = Evaluation(rec)
-    reports = {}
-    for arch in rec.architectures:
-        space = space_for(arch, rec.path, rec.search_space, ev.profile)
-        reports[arch] = prune(rec, ev.profile, ev.requests, space,
-                              evaluate=lambda c: ev.goodput(c).goodput_rps,
-                              probe_top=probe_top, margin=margin)
-    total = sum(r.total for r in reports.values())
-    rules = {k: sum(r.removed[k] for r in reports.values())
-             for k in next(iter(reports.values())).removed}
-    why = emptied(rules, total) if not any(r.kept for r in reports.values()) else None
-    code = EXIT_NO_CONFIG if why else 0
-    if as_json:
-        if len(reports) == 1:
-            out = next(iter(reports.values())).as_dict(top)
-        else:
-            out = {"total": total, "kept": sum(len(r.kept) for r in reports.values()),
-                   "rules": rules,
-                   "architectures": {a: r.as_dict(top) for a, r in reports.items()}}
-        out["exit_code"] = code
-        if why:
-            out["no_config_reason"] = why
-        print(dumps(out))
-        if code:
-            raise typer.Exit(code)
-        return
-    con = Console(highlight=False)
-    for arch, rep in reports.items():
-        con.print(f"[bold]{arch}[/]: {rep.total} configurations → {len(rep.kept)} kept "
-                  f"(lower bound {rep.lower_bound:.3f} req/s from {probe_top} probes, "
-                  f"margin {rep.margin:.3f})")
-        left = rep.total
-        for rule, n in rep.removed.items():
-            left -= n
-            con.print(f"  {rule:12} removed {n:5d}   → {left}")
-        t = Table(title=f"top {min(top, len(rep.kept))} by bound")
-        for c in ("config", "bound", "encode", "prefill", "decode", "network", "simulated"):
-            t.add_column(c, justify="right" if c != "config" else "left")
-        for c in rep.kept[:top]:
-            t.add_row(_fmt_cfg(config_dict(c.config)), f"{c.bound:.2f}",
-                      *(f"{c.stages[s]:.1f}" for s in ("encode", "prefill", "decode", "network")),
-                      "-" if c.goodput is None else f"{c.goodput:.2f}")
-        con.print(t)
-    if why:
-        con.print(f"[red]no configuration meets the SLOs[/]: {escape(why)}")
-        raise typer.Exit(code)
-
-
-def _check_count(value: int, flag: str, what: str) -> None:
-    if value < 0:
-        raise InputError(None, flag, f"must be ≥ 0 (got {value})", f"give the number of {what}")
-
-
-@app.command()
-def grid(
-    recipe: Path = typer.Argument(..., help="recipe YAML"),
-    no_prune: bool = typer.Option(False, "--no-prune", help="evaluate the unpruned space"),
-    workers: int = typer.Option(1, "--workers", "-w", help="processes"),
-    out: Path | None = typer.Option(None, "--out", "-o", help="write grid.csv / grid.json here"),
-    top: int = typer.Option(10, "--top", help="rows to show"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-) -> None:
-    """Evaluate the whole space exhaustively (small budgets; checking the tuner).
-
-    Exit codes: 0 some configuration meets the SLOs; 3 none does; 2 bad input."""
-    from hastune.tune.grid import run_grid
-    from hastune.tune.storage import check_out
-
-    _check_count(top, "--top", "rows to show")
-    if out is not None:
-        check_out(out)  # before the work, not after it
-    res = run_grid(recipe, prune_first=not no_prune, workers=workers)
-    if out is not None:
-        out.mkdir(exist_ok=True)
-        (out / "grid.json").write_text(dumps(res))
-        import csv
-
-        with (out / "grid.csv").open("w", newline="") as fh:
-            w = csv.writer(fh)
-            keys = sorted({k for r in res["results"] for k in r["config"]})
-            w.writerow([*keys, "goodput_rps"])
-            for r in res["results"]:
-                w.writerow([*(r["config"].get(k, "") for k in keys), r["goodput_rps"]])
-    best = max((r["goodput_rps"] for r in res["results"]), default=0.0)
-    code = 0 if best > 0 else EXIT_NO_CONFIG
-    res["exit_code"] = code
-    if code:
-        res["no_config_reason"] = (f"none of the {res['evaluated']} evaluated configurations "
-                                   "meets the SLOs at any rate" if res["evaluated"] else
-                                   "no configuration was evaluated (the pruned space is empty)")
-    if as_json:
-        print(dumps(res))
-        if code:
-            raise typer.Exit(code)
-        return
-    con = Console(highlight=False)
-    t = Table(title=f"{res['evaluated']} configurations evaluated in {res['wall_s']:.1f} s "
-              f"({'pruned' if res['pruned'] else 'unpruned'} space of {res['total']})")
-    t.add_column("rank", justify="right")
-    t.add_column("config")
-    t.add_column("goodput (req/s)", justify="right")
-    for i, r in enumerate(res["results"][:top], 1):
-        t.add_row(str(i), _fmt_cfg(r["config"]), f"{r['goodput_rps']:.3f}")
-    con.print(t)
-    if code:
-        con.print(f"[red]no configuration meets the SLOs[/]: {res['no_config_reason']}")
-        raise typer.Exit(code)

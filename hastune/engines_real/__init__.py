@@ -9,7 +9,8 @@ For each deployment config it
 2. waits until GET /v1/models answers (the served model's id is what requests name);
 3. runs the goodput search (hastune.goodput) with the bundled engine's short-probe settings
    (hastune.real.RealOptions: 120 requests per probe, ≤ 20 s of arrivals, 10% rate grid — or
-   the recipe's, when coarser —, ≤ 8 probes, or the recipe's max_probes when fewer); each probe
+   the recipe's, when coarser —, ≤ 8 probes, or the recipe's max_probes when fewer; a close
+   probe is run again, up to 3 runs: hastune.real.Probing.close_call); each probe
    sends the recipe's requests at their arrival times to /v1/completions with stream=true,
    `max_tokens` its output length with ignore_eos, its prompt as that many token ids (media
    items: their LLM tokens as text tokens — the stand-in and a text model take them; the
@@ -38,7 +39,7 @@ import numpy as np
 from hastune.config import AnyConfig
 from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe, search_goodput
-from hastune.real import Probing
+from hastune.real import ProbeOptions, Probing
 from hastune.recipe import Recipe
 from hastune.runs import RunResult, latencies
 from hastune.workload import RequestSet, sample_requests
@@ -48,16 +49,9 @@ ENV_CMD = "HASTUNE_ENGINE_CMD"
 
 
 @dataclass
-class OpenAIOptions:
+class OpenAIOptions(ProbeOptions):  # its warm-up runs at the search's start rate
     engine: str = "vllm"
     launch_cmd: str | None = None   # replaces the exported launch.sh ({port}: a free port)
-    requests: int = 120
-    max_span_s: float = 20.0
-    tolerance: float = 0.1
-    shortfall: float = 0.1
-    max_probes: int = 8
-    warmup: float = 0.1
-    warm_requests: int = 12         # untimed, at the search's start rate, before the 1st probe
     max_rate: float = 1e3
     health_timeout_s: float = 1800.0
     request_timeout_s: float = 300.0
@@ -132,9 +126,6 @@ class OpenAIEvaluation(Probing):
                              "use poisson or gamma arrivals")
         self.pool: RequestSet = sample_requests(recipe.workload, self.opts.requests, self.seed,
                                                 base=recipe.base_dir)
-        ev = recipe.evaluator
-        self.tolerance = max(self.opts.tolerance, ev.tolerance)
-        self.max_probes = min(self.opts.max_probes, ev.max_probes)
         self.live: Deployment | None = None
         self.last: dict = {}            # the last deployment: where, endpoint, model
         self.client: dict = {"lag_max_s": 0.0, "errors": {}}
@@ -297,6 +288,7 @@ class OpenAIEvaluation(Probing):
 
     def describe(self) -> dict:
         out: dict = {"requests_per_probe": self.opts.requests, "engine": self.opts.engine,
+                     "repeats": self.opts.repeats, "noise_band": self.opts.noise_band,
                      "client": {"lag_max_s": self.client["lag_max_s"],
                                 "errors": dict(self.client["errors"])}}
         out.update(self.last)
@@ -317,9 +309,8 @@ class OpenAIEvaluation(Probing):
                 self._drive(self.pool.head(min(self.opts.warm_requests, len(self.pool))),
                             start, self.seed + 1)
             return search_goodput(lambda r: self.run(config, r, config_path), self.recipe.slo,
-                                  start_rate=start, tolerance=self.tolerance,
-                                  max_probes=self.max_probes, on_probe=on_probe,
-                                  incumbent=incumbent, early_stop=early_stop, min_rate=0.05,
-                                  max_rate=self.opts.max_rate)
+                                  start_rate=start, on_probe=on_probe, incumbent=incumbent,
+                                  early_stop=early_stop, min_rate=0.05,
+                                  max_rate=self.opts.max_rate, **self.grid(), **self.noise())
         finally:
             self.close()

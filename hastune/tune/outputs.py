@@ -126,8 +126,9 @@ def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
     if summary["best_config"]:
         cfg = parse_config(summary["best_config"])
         target = build_target(tuner.recipe, cfg, summary["goodput_rps"], tuner.recipe_sha256)
+        how = " (measured by the engine: --recheck)" if summary.get("recheck") else ""
         header = (f"# Best deployment found by `hastune tune` for recipe {tuner.recipe.name}:\n"
-                  f"# P{tuner.recipe.slo.percentile:g} goodput {summary['goodput_rps']:.3f} "
+                  f"# P{tuner.recipe.slo.percentile:g} goodput{how} {summary['goodput_rps']:.3f} "
                   f"req/s on {cfg.gpus} GPUs (sampler {tuner.opts.sampler}, seed "
                   f"{tuner.seed}). Simulate it: hastune evaluate RECIPE --config this-file;\n"
                   f"# deploy it: hastune export this-file --engine vllm|sglang|dynamo "
