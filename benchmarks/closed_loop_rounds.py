@@ -1,11 +1,17 @@
 """Closed-loop steady state (issue 13): does a run's mean TTFT depend on its length?
 
     python benchmarks/closed_loop_rounds.py [CSV] [--engine E] [--terms fitted|none]
+        [--client recipe|measured]
 
 Simulates every aggregated row of a silicon-format CSV (default
 ../shared/calibration/e2e/silicon_llama31.csv) at 40 and at 400 requests per client, with the
 engine's fitted terms (hastune/engine_fitted.py) or none, and prints the distribution of
-|mean TTFT(400) / mean TTFT(40) − 1| and the rows over 5%.
+|mean TTFT(400) / mean TTFT(40) − 1| and the rows over 5%. `--client recipe` (default): the
+client model a recipe's closed loop gets (clients spread over one zero-load lifetime, the
+mean from where the steady state begins: hastune.sim.warmup);
+`measured`: the one `hastune fidelity` simulates those rows with, which for some (engine, GPU)
+reproduces how their runs were measured (hastune.engine_terms.CLIENTS_TOGETHER: clients that
+start together, and so drift apart over a long run), the mean after two rounds.
 """
 
 from __future__ import annotations
@@ -31,7 +37,10 @@ def main() -> int:
                     default=ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv")
     ap.add_argument("--engine", default=None)
     ap.add_argument("--terms", choices=("fitted", "none"), default="fitted")
+    ap.add_argument("--client", choices=("recipe", "measured"), default="recipe")
     args = ap.parse_args()
+    if args.client == "recipe":
+        et.CLIENTS_TOGETHER.clear()
     cases = [c for c in read_cases(args.csv) if args.engine in (None, c.engine)]
     t0 = time.perf_counter()
     rows = []
@@ -44,10 +53,11 @@ def main() -> int:
             prof = resolve_profile(rec, quiet=True)[0]
             t = (et.terms_for(c.engine, c.gpu, prof.memory.gpu_bytes / 2**30)
                  if args.terms == "fitted" else None)
-            means.append(simulate(c, prof, t, rec).ttft_ms)
+            means.append(simulate(c, prof, t, rec, steady=args.client == "recipe").ttft_ms)
         rows.append((c, means[0], means[1], abs(means[1] / means[0] - 1)))
     d = np.array([r[3] for r in rows])
-    print(f"{len(rows)} rows, terms {args.terms}: |TTFT(400)/TTFT(40) - 1| median "
+    print(f"{len(rows)} rows, terms {args.terms}, client {args.client}: "
+          f"|TTFT(400)/TTFT(40) - 1| median "
           f"{np.median(d):.2%}, P90 {np.percentile(d, 90):.2%}, max {d.max():.2%}; "
           f"{int((d > 0.05).sum())} over 5% ({time.perf_counter() - t0:.0f} s)")
     for eng in sorted({r[0].engine for r in rows}):

@@ -38,6 +38,48 @@ from hastune.profile import Profile, TPVariant
 
 ENGINES = ("vllm", "sglang", "trtllm")
 
+# The spread of each engine's front-end wait (FrontEnd.spread). SGLang runs waiting prompts
+# before decoding, so clients whose requests collide once are prefilled together and finish
+# together; measured runs sit in a partly clumped state whose queueing is that of arrivals at
+# random, which exponential waits give (and keep the simulation out of the one clump that
+# identical, deterministic clients settle in). vLLM's and TensorRT-LLM's prompts share
+# iterations with decoding, which spreads clients evenly, as measured: their waits are the mean.
+FRONTEND_SPREAD = {"sglang": 1.0}
+# How the measured runs of silicon_llama31.csv were taken, by (engine, GPU): properties of
+# their benchmark client, not of the engine, so hastune.fidelity applies them when it
+# simulates those runs (and fits the terms under them) and the terms a recipe gets do not.
+# FRONTEND_QUEUED: the TTFT counts one completion gap more (FrontEnd.queued) — the TensorRT-LLM
+# runs on H100 grow with the output length at low concurrency by (osl × TPOT) / clients, the
+# time between two completions (8B, TP 1, 8 clients: +0.99 ms per output token, TPOT / 8 =
+# 0.94 ms), as if each request waited for the next completion before it was sent
+# (benchmarks/fidelity_gap_term.py fits 1.02 gaps; on H200 0.00).
+# CLIENTS_TOGETHER: the clients start together and stay so (no ramp, RequestSet.ramp_s) — the
+# TensorRT-LLM runs on H200 (70B, 1024 × 1024) at 4 clients take 562 / 340 / 230 / 69 ms to
+# the first token on TP 1 / 2 / 4 / 8, about the time of the four prompts together, and 176 ms
+# on TP 1 with 8192 output tokens, where the clients have spread apart.
+FRONTEND_QUEUED = {("trtllm", "h100-80gb")}
+# The front end's time per output token it streams (FrontEnd.per_output_token_s), by engine.
+# SGLang's tokens reach the client through one Python process per instance (the tokenizer
+# manager: each step's output of every stream is appended to its state, its whole output so
+# far copied into the chunk (stream_output off, the default), the HTTP chunk written), so the
+# tokens an instance can deliver per second have a ceiling whatever its TP. The measured runs
+# at 512 clients sit on it: 14–20k tokens/s on TP 2, 4 and 8 alike (8B), while the engine's
+# kernels would give up to 23k; the tokens queue there, the first token too, and in closed
+# loop the engine holds fewer requests (hastune.sim.nodg_paged.Delivery). Chosen by a scan
+# on silicon_llama31.csv (docs/fidelity.md), not by the fit.
+FRONTEND_TOKEN_S = {"sglang": (50e-6, 15e-9)}  # (per token, per token its request made before)
+CLIENTS_TOGETHER = {("trtllm", "h200-141gb")}
+# STREAM_TOKEN_S, by engine: the API server's time per output token it streams (FrontEnd.
+# stream_token_s). TensorRT-LLM's trtllm-serve detokenises and sends every token in its one
+# server process (no post-processing workers by default), so the tokens it can stream per
+# second are bounded whatever the GPUs: its H100 runs at 128 clients deliver 8.6-9.2k output
+# tokens/s at TP 2, 4 and 8 alike for 512-token outputs (and 256: 36 requests/s × 256), with
+# the same TPOT (10.0-10.9 ms at TP 4 and 8) and 1.0-2.0 s to the first token, the clients
+# beyond what the server streams waiting for it; at TP 1 the engine makes 6.4k tokens/s and
+# the first token comes in 364 ms. 110 µs a token (1 / 9.1k), from those rows, not fitted.
+# A property of the engine's server, so a recipe's terms carry it too.
+STREAM_TOKEN_S = {"trtllm": 110e-6}
+
 
 @dataclass(frozen=True)
 class FrontEnd:
@@ -50,10 +92,33 @@ class FrontEnd:
     request_s: float = 0.0
     per_token_s: float = 0.0
     per_stream_s: float = 0.0  # the wait per request in flight it is streaming tokens for
+    # how the per-stream wait varies from request to request, as its coefficient of variation:
+    # 0, each request waits the mean, added to its TTFT (the engine sees it at once); > 0, in
+    # closed loop each waits a gamma draw of that spread (1: exponential) before the engine
+    # sees it (hastune.sim.frontend.stream_waits). SGLang's is 1 (FRONTEND_SPREAD)
+    spread: float = 0.0
+    # the benchmark client queues each closed-loop request at a completion and sends it at the
+    # next one, its TTFT counted from the queueing: one completion gap more (FRONTEND_QUEUED:
+    # the measured runs' client, not a recipe's)
+    queued: bool = False
+    # the API server's serial time per output token it streams (detokenisation and one
+    # server-sent event per token, in one process; STREAM_TOKEN_S): in closed loop a request
+    # waits for the server while the streams it serves need more than its time
+    # (hastune.sim.frontend.SerialFrontEnd); 0: no such limit. Open loop: not modelled
+    stream_token_s: float = 0.0
+    # the front end's time per output token it streams to a client, served in order by one
+    # process per instance: a token reaches its client when the process is through the tokens
+    # before it (FRONTEND_TOKEN_S; hastune.sim.nodg_paged.Delivery)
+    per_output_token_s: float = 0.0
+    # and per token its request has made before: each chunk carries the request's whole
+    # output so far (SGLang with stream_output off, its default: the ids copied, the text)
+    per_made_token_s: float = 0.0
 
     @property
     def off(self) -> bool:
-        return self.request_s == 0.0 and self.per_token_s == 0.0 and self.per_stream_s == 0.0
+        return (self.request_s == 0.0 and self.per_token_s == 0.0 and self.per_stream_s == 0.0
+                and not self.queued and self.stream_token_s == 0.0
+                and self.per_output_token_s == 0.0 and self.per_made_token_s == 0.0)
 
 
 @dataclass(frozen=True)
@@ -84,21 +149,30 @@ def scheduler_defaults(engine: str, gpu_memory_gib: float, gpu: str = "") -> Sch
     sources: vLLM engine/arg_utils.py get_batch_defaults — 8192 tokens and 1024 sequences on
     GPUs of ≥ 70 GiB other than A100, else 2048 and 256, gpu_memory_utilization 0.9; SGLang
     server_args.py — chunked_prefill_size 2048 under 35 GB, 8192 under 160 GB, else 16384,
-    prefill batches separate from decoding unless --enable-mixed-chunk, mem_fraction_static
-    about 0.88, admission against an estimate of the outputs; TensorRT-LLM — max_num_tokens
+    prefill batches separate from decoding unless --enable-mixed-chunk (simulated beside
+    decoding: see below), mem_fraction_static about 0.88, admission against an estimate of
+    the outputs, retraction when KV runs out; TensorRT-LLM — max_num_tokens
     8192, max_batch_size 2048, context and generation requests in one in-flight batch,
     free_gpu_memory_fraction 0.9 of what the weights leave, KV reserved up front by the
-    default GUARANTEED_NO_EVICT policy). vLLM's KV is paged, on demand, with preemption
-    (Profile.kv_on_demand, hastune.sim.nodg_paged)."""
+    default GUARANTEED_NO_EVICT policy). vLLM's and SGLang's KV is paged, on demand, with
+    preemption (Profile.kv_on_demand: hastune.sim.nodg_paged, the decode pools of EPD and FuDG
+    in hastune.sim.decode_paged, PaDG in hastune.sim.padg_paged)."""
     big = gpu_memory_gib >= 70 and "a100" not in gpu.lower()
     if engine == "vllm":
         return Scheduler(8192 if big else 2048, 8192 if big else 2048, 1024 if big else 256,
                          0.9, True)
     if engine == "sglang":
         chunk = 2048 if gpu_memory_gib < 35 else 8192 if gpu_memory_gib < 160 else 16384
-        # admission reserves an estimate of each output (new_token_ratio, 0.7 of max_new_tokens
-        # at first): modelled as a reservation, not as vLLM's on-demand KV
-        return Scheduler(None, chunk, 2048, 0.88, False)
+        # SGLang runs waiting prompts as prefill batches of `chunk` tokens before decoding.
+        # Simulated that way, closed-loop clients of equal lengths lock into one clump that
+        # prefills together (nothing decodes while prompts wait, so its members finish
+        # together) and measured runs are not like that: with the kernels alone their TPOT is
+        # 31% low clumped, 11% low with the prompts' work spread beside decoding. So the
+        # prefill work is spread: chunks of the same budget beside decoding (the same share
+        # of the GPU's time). KV: admission against an estimate of the live KV, requests
+        # retracted when it runs out (new_token_ratio decays towards 0.1 of what is left to
+        # generate): on demand, as vLLM's (hastune.sim.nodg_paged)
+        return Scheduler(chunk, chunk, 2048, 0.88, True)
     if engine == "trtllm":
         return Scheduler(8192, 8192, 2048, 0.9, False)
     raise ValueError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
@@ -115,7 +189,10 @@ def terms_for(engine: str, gpu: str, gpu_memory_gib: float) -> EngineTerms:
         return EngineTerms(engine, None, sched, fitted_on="no end-to-end measurements: "
                            "kernels and scheduler defaults only")
     fe = FrontEnd(row["frontend_s"], row.get("frontend_per_token_s", 0.0),
-                  row.get("frontend_per_stream_s", 0.0))
+                  row.get("frontend_per_stream_s", 0.0), FRONTEND_SPREAD.get(engine, 0.0),
+                  stream_token_s=STREAM_TOKEN_S.get(engine, 0.0),
+                  per_output_token_s=FRONTEND_TOKEN_S.get(engine, (0.0, 0.0))[0],
+                  per_made_token_s=FRONTEND_TOKEN_S.get(engine, (0.0, 0.0))[1])
     return EngineTerms(engine, gpu if (engine, gpu) in FITTED else None, sched,
                        row["iteration_s"], row["per_seq_s"], row["kernel_scale"], fe,
                        row.get("fitted_on", ""))

@@ -44,6 +44,8 @@ class RequestSet:
     think_s: float | None = None          # closed loop: clients' pause (None: open loop)
     frontend: FrontEnd | None = None      # the engine's front end (hastune.engine_terms)
     ramp_s: float = 0.0                   # closed loop: clients start evenly over ramp_s
+    steady: bool = True                   # closed loop: warm-up to the steady state
+    # (hastune.sim.warmup); False: the first two rounds only (a benchmark's mean, fidelity)
 
     def __len__(self) -> int:
         return int(self.gaps.shape[0])
@@ -65,7 +67,8 @@ class RequestSet:
             return self
         return RequestSet(self.gaps[:n], self.modality[:n], self.encoder_tokens[:n],
                           self.llm_tokens[:n], self.prompt_tokens[:n], self.output_tokens[:n],
-                          self.seed, self.schedule, self.think_s, self.frontend, self.ramp_s)
+                          self.seed, self.schedule, self.think_s, self.frontend, self.ramp_s,
+                          self.steady)
 
 
 def _rescale(u: np.ndarray, sched: RateSchedule) -> np.ndarray:

@@ -5,8 +5,10 @@ it lives through lasts kernel_scale × its kernels + iteration_s + per_seq_s × 
 So four simulations per case give its linear form around a point (finite differences of the
 kernel scale and the two iteration terms), and its TTFT's the same way, plus the front end's
 parts, which add to it exactly: request_s, and per_stream_s per request in flight when it
-came. The fit (`fit`) is a bounded least squares on the log errors of TTFT and TPOT with a
-soft-L1 loss, a TTFT case's loss weighted by the ratio of the bars squared ((8/20)²): a case
+came — except where the front end's wait varies (SGLang's, FrontEnd.spread): then it delays
+the engine's arrivals and moves the schedule, and a fifth simulation gives its column. The
+fit (`fit`) is a bounded least squares on the log errors of TTFT and TPOT with a soft-L1
+loss, a TTFT case's loss weighted by the ratio of the bars squared ((8/20)²): a case
 the model cannot follow, e.g. an engine out of KV cache, is not allowed to pull the rest.
 hastune.fidelity.score fits from the prior's forms (the kernels alone), then takes one
 Gauss-Newton step: the forms again around the terms found, and a fit on those.
@@ -23,12 +25,20 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares
 
-from hastune.engine_terms import EngineTerms, FrontEnd, Scheduler
+from hastune.engine_terms import (
+    FRONTEND_QUEUED,
+    FRONTEND_SPREAD,
+    FRONTEND_TOKEN_S,
+    STREAM_TOKEN_S,
+    EngineTerms,
+    FrontEnd,
+    Scheduler,
+)
 
 NAMES = ("kernel_scale", "iteration_s", "per_seq_s", "frontend_s", "frontend_per_stream_s")
 LOWER = np.array([0.5, 0.0, 0.0, 0.0, 0.0])
 UPPER = np.array([3.0, 0.05, 1e-3, 0.5, 0.05])
-STEP_IT, STEP_SEQ = 2e-3, 2e-5   # finite-difference steps (seconds)
+STEP_IT, STEP_SEQ, STEP_STREAM = 2e-3, 2e-5, 5e-4  # finite-difference steps (seconds)
 HUBER = 0.15                     # relative error beyond which a case's weight falls off
 # a TTFT case's loss weighs a TPOT case's × this squared: the bars are 20% and 8% (issue 13),
 # so a TTFT miss counts by its share of its bar, as a TPOT miss does
@@ -62,29 +72,39 @@ class Form:
 def terms(engine: str, gpu: str | None, sched: Scheduler, theta, fitted_on: str = ""
           ) -> EngineTerms:
     k, it, seq, fe, st = (float(x) for x in theta)
-    return EngineTerms(engine, gpu, sched, it, seq, k, FrontEnd(fe, 0.0, st), fitted_on)
+    fr = FrontEnd(fe, 0.0, st, FRONTEND_SPREAD.get(engine, 0.0),
+                  (engine, gpu) in FRONTEND_QUEUED, STREAM_TOKEN_S.get(engine, 0.0),
+                  *FRONTEND_TOKEN_S.get(engine, (0.0, 0.0)))
+    return EngineTerms(engine, gpu, sched, it, seq, k, fr, fitted_on)
 
 
-def form(sim, sched: Scheduler, engine: str, at: np.ndarray | None = None) -> Form:
+def form(sim, sched: Scheduler, engine: str, at: np.ndarray | None = None,
+         gpu: str | None = None) -> Form:
     """The linear form of one case around `at` (default the prior: the kernels alone) from
     finite differences of simulations (`sim(terms)` → (Simulated, requests in flight when one
-    came)): of the kernel scale and the two iteration terms; the front end's terms add to
-    the TTFT exactly (its per-stream term per request in flight)."""
+    came)): of the kernel scale and the two iteration terms, and of the front end's wait per
+    stream where it varies (FrontEnd.spread: in closed loop a wait before the engine sees the
+    request, which moves the schedule); the front end's fixed part adds to the TTFT exactly,
+    and so does a wait that does not vary (per request in flight)."""
     at = PRIOR.copy() if at is None else np.asarray(at, dtype=float)
 
     def run(d):
-        return sim(terms(engine, None, sched, at + d))
+        return sim(terms(engine, gpu, sched, at + d))
 
     base, inflight = run(np.zeros(5))
+    spread = FRONTEND_SPREAD.get(engine, 0.0) > 0  # the wait moves the schedule
     cols_t, cols_p = [], []
-    for i, h in ((0, 0.05), (1, STEP_IT), (2, STEP_SEQ)):
+    for i, h in ((0, 0.05), (1, STEP_IT), (2, STEP_SEQ), (4, STEP_STREAM))[:4 if spread else 3]:
         d = np.zeros(5)
         d[i] = h
         s = run(d)[0]
         cols_t.append((s.ttft_ms - base.ttft_ms) / h)
         cols_p.append((s.tpot_ms - base.tpot_ms) / h)
-    ttft = np.array([*cols_t, 1e3, 1e3 * inflight])
-    tpot = np.array([*cols_p, 0.0, 0.0])
+    if not spread:  # the mean wait adds to the TTFT, per request in flight
+        cols_t.append(1e3 * inflight)
+        cols_p.append(0.0)
+    ttft = np.array([*cols_t[:3], 1e3, cols_t[3]])
+    tpot = np.array([*cols_p[:3], 0.0, cols_p[3]])
     return Form(ttft, tpot, base.ttft_ms, base.tpot_ms, at)
 
 

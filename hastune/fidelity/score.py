@@ -86,7 +86,7 @@ def run(path: str | Path, models: dict[str, str] | None = None, rounds: int = RO
         groups[c.group].append(c)
     card = Scorecard([Scored(c) for c in cases], {}, {})
     scored = {id(r.case): r for r in card.rows}
-    tick = _ticker(progress, len(cases) * (2 + 4 * (1 + refine * (FOLDS + 1))))
+    tick = _ticker(progress, len(cases) * (2 + 5 * (1 + refine * (FOLDS + 1))))
     for g, members in groups.items():
         _group(card, scored, g, members, models or {}, path, rounds, refine, tick)
     card.wall_s = time.perf_counter() - t0
@@ -115,7 +115,7 @@ def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case
 
     def form(c: Case, at=None) -> F.Form:
         tick(f"{label}: linear forms")
-        return F.form(lambda t: sim_of(c, t), sched, g[0], at)
+        return F.form(lambda t: sim_of(c, t), sched, g[0], at, g[1])
 
     prior = {c.line: form(c) for c in members}
 

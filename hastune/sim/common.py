@@ -15,7 +15,14 @@ import numpy as np
 
 from hastune.runs import RunResult, latencies
 from hastune.sim.events import PRIO_ARRIVE, SimulationError
-from hastune.sim.frontend import frontend_delays, in_flight_at, open_arrivals
+from hastune.sim.frontend import (
+    SerialFrontEnd,
+    frontend_delays,
+    in_flight_at,
+    open_arrivals,
+    stream_waits,
+)
+from hastune.sim.warmup import steady_start
 from hastune.workload import RequestSet
 
 # Event kind of an arrival that comes through the heap (a closed-loop client's next request,
@@ -54,17 +61,25 @@ class Arrivals:
     engine's arrivals, `sent` the clients' (what TTFT is measured from). In closed loop the
     clients' first requests then come through the heap too (`initial` is 0)."""
 
-    __slots__ = ("closed", "clients", "think", "issued", "n", "times", "sent", "fe")
+    __slots__ = ("closed", "clients", "think", "issued", "n", "times", "sent", "fe", "waits",
+                 "queued", "serial", "steady")
 
     def __init__(self, reqs: RequestSet, rate: float):
         self.n = len(reqs)
-        self.closed = reqs.think_s is not None
+        self.closed, self.steady = reqs.think_s is not None, reqs.steady
         f = reqs.frontend
         self.fe = None  # closed loop: each request's front-end delay
+        self.waits: list[float] | None = None
+        self.queued: float | None = None  # FrontEnd.queued: the last completion so far
         self.sent: list[float] | None = None
+        self.serial = SerialFrontEnd.of(reqs) if self.closed else None  # .stream_token_s
         if self.closed:
             if f is not None and not f.off:
                 self.fe = frontend_delays(reqs)
+                if f.spread > 0:  # waits behind the other streams that vary (next_after)
+                    self.waits = stream_waits(reqs, f.spread)
+                if f.queued:
+                    self.queued = 0.0
             self.clients = max(1, min(self.n, int(round(rate))))
             self.think = float(reqs.think_s)  # type: ignore[arg-type]
             self.issued = self.clients
@@ -74,8 +89,12 @@ class Arrivals:
                 self.times[i] = i * ramp
             if self.fe is not None:
                 self.sent = list(self.times)
+                # the first requests wait too where waits vary (as if the other clients'
+                # streams ran: the warm-up rounds start spread, not as one clump)
+                w = f.per_stream_s * (self.clients - 1) if self.waits is not None else 0.0
                 for i in range(self.clients):
-                    self.times[i] += self.fe[i]
+                    t0 = self.serial.take(i, self.times[i]) if self.serial else self.times[i]
+                    self.times[i] = t0 + self.fe[i] + (w * self.waits[i] if w else 0.0)
         else:
             self.clients = 0
             self.think = 0.0
@@ -89,8 +108,12 @@ class Arrivals:
             return 0
         return self.issued
 
-    def next_after(self, t: float) -> tuple[float, int] | None:
-        """Closed loop: a request completed at t, so its client sends the next one."""
+    def next_after(self, t: float, per_stream: float = 0.0,
+                   done: int = -1) -> tuple[float, int] | None:
+        """Closed loop: a request completed at t, so its client sends the next one; with a
+        front end whose waits vary it waits there per_stream × the other clients' requests
+        in flight, times its own draw (hastune.sim.frontend.stream_waits), before the
+        engine sees it; a serial one takes it as SerialFrontEnd says (slack: `done`'s life)."""
         if self.issued >= self.n:
             return None
         r = self.issued
@@ -98,7 +121,12 @@ class Arrivals:
         ta = t + self.think
         if self.fe is not None:
             self.sent[r] = ta  # type: ignore[index]
+            if self.queued is not None:  # queued at the completion before this one
+                self.sent[r], self.queued = min(ta, self.queued + self.think), t  # type: ignore
+            ta = self.serial.take(r, ta, t - self.times[done]) if self.serial else ta
             ta += self.fe[r]
+            if self.waits is not None:
+                ta += per_stream * (self.clients - 1) * self.waits[r]
         self.times[r] = ta
         return ta, r
 
@@ -224,7 +252,7 @@ class EventLoop:
         """Request r completed (or was rejected) at t: in closed loop its client sends its
         next request, an ARRIVE event on the heap."""
         if self.closed:
-            nxt = self.feed.next_after(t)  # type: ignore[union-attr]
+            nxt = self.feed.next_after(t, self.per_stream, r)  # type: ignore[union-attr]
             if nxt is not None:
                 heappush(self.heap, (nxt[0], PRIO_ARRIVE, next(self.seq), ARRIVE, nxt[1], None))
 
@@ -329,14 +357,8 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
     arr = loop.sent if loop.sent is not None else loop.arr  # TTFT from the client's send
     n = len(arr)
     span = loop.span()
-    a = np.array(arr, dtype=float)
-    tf = np.array(t_first, dtype=float)
-    tl = np.array(t_last, dtype=float)
-    outs = np.array(out_tok, dtype=float)
-    w = int(warmup * n)
-    feed = loop.feed
-    if loop.closed and feed is not None:  # closed loop: the clients' first two rounds warm up
-        w = max(w, min(2 * feed.clients, n // 2))
+    a, tf, tl, outs = (np.array(x, dtype=float) for x in (arr, t_first, t_last, out_tok))
+    w, feed = int(warmup * n), loop.feed
     ex = dict(extra or {})
     if loop.stopped:
         # stopped early (StopRule): the requests that arrived, with lower bounds for those
@@ -351,8 +373,12 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
     else:
         finish = tl
     ttft, tpot = latencies(a, tf, tl, outs, rejected)
-    if loop.per_stream > 0 and n:  # the front end's wait behind the streams it serves
+    if loop.per_stream > 0 and n and (feed is None or feed.waits is None):  # the front end's
+        # wait behind the streams it serves (one that varies: in the arrivals, next_after)
         ttft = ttft + loop.per_stream * in_flight_at(a, tl)
+    if loop.closed and feed is not None:  # closed loop: warm-up to its steady state
+        w = max(w, steady_start(ttft, feed.clients) if feed.steady and not loop.stopped
+                else min(2 * feed.clients, n // 2))  # stopped early, or a benchmark's mean
     # throughput while requests were still arriving (in closed loop: while every client was
     # busy): measured completions up to the last arrival, over that stretch
     n = len(a)

@@ -170,8 +170,11 @@ class _EPDRun:
         self.enc = [EncodeWorker(tm.encode, e * tp_E, p.batcher, p.partitioner,
                                  self.local[e] if p.local_prefill else None)
                     for e, p in enumerate(pols)]
-        self.dws = [EPDDecode(tm.decode, tm.decode_kv_tokens, first_D + k * tp_D, self)
-                    for k in range(n_D)]
+        if prof.kv_on_demand:
+            self.dws = paged_pool(prof, tm, self, first_D)
+        else:
+            self.dws = [EPDDecode(tm.decode, tm.decode_kv_tokens, first_D + k * tp_D, self)
+                        for k in range(n_D)]
         self.dws_rest = self.dws[1:]
         self.rr = self.rr_text = 0
         # bound once: heap entries hold these
@@ -336,6 +339,23 @@ class _EPDRun:
             "remote_prefill_share": router.remote / max(router.remote + router.local, 1),
             "network_GB": self.net.bytes_moved / 1e9,
         }
+        if self.sim.profile.kv_on_demand:
+            extra["preemptions"] = float(sum(d.preempted for d in dws))  # type: ignore[attr-defined]
         return build_result(self.rate, loop, self.t_first, self.t_last,
                             self.out_tok, self.rejected, self.sim.warmup, util, wall0, extra,
                             load_stats=False)
+
+
+def paged_pool(prof: Profile, tm: PoolTiming, run: _EPDRun, first_D: int) -> list[EPDDecode]:
+    """The decode pool with KV on demand (hastune.sim.decode_paged): a preempted request is
+    recomputed by a prefill on its decode instance, at the decode pool's TP."""
+    from hastune.sim.decode_paged import paged
+
+    cls = paged(EPDDecode)
+    tp_D = tm.tp[2]
+    lat = prof.for_tp(tp_D).prefill.latency
+    n_D = run.sim.config.n_D  # type: ignore[attr-defined]
+    dws = [cls(tm.decode, tm.decode_kv_tokens, first_D + k * tp_D, run) for k in range(n_D)]
+    for d in dws:
+        d.prefill_s = lat  # type: ignore[attr-defined]
+    return dws

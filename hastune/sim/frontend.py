@@ -1,5 +1,13 @@
 """The engine's front end in a simulated run (hastune.engine_terms.FrontEnd): when the engine
-sees a request its client sent, and how many requests were in flight when it was sent."""
+sees a request its client sent, and how many requests were in flight when it was sent.
+
+The front end's wait behind the other streams (`per_stream_s` for each request in flight) is
+added to the TTFT afterwards, counted from the run (`in_flight_at`) — unless it varies
+(`FrontEnd.spread` > 0, SGLang's): then in closed loop each request waits per_stream_s ×
+(clients − 1) × a draw of mean 1 (`stream_waits`, seeded by the request set: the same run
+gives the same draws) before the engine sees it. Waits that vary keep closed-loop clients of
+equal lengths out of the one clump that prefills together, which an engine that runs waiting
+prompts before decoding otherwise never leaves (hastune.engine_terms.FRONTEND_SPREAD)."""
 
 from __future__ import annotations
 
@@ -17,6 +25,15 @@ def frontend_delays(reqs: RequestSet) -> list[float]:
     fe = reqs.frontend
     d = fe.request_s + fe.per_token_s * reqs.prefill_tokens  # type: ignore[union-attr]
     return (np.asarray(d, dtype=float) + np.zeros(len(reqs))).tolist()
+
+
+def stream_waits(reqs: RequestSet, spread: float) -> list[float]:
+    """Per request, its wait behind the front end's other streams in units of its mean: a
+    gamma draw of mean 1 and coefficient of variation `spread` (1: exponential; closed loop,
+    hastune.sim.common.Arrivals scales it). Seeded by the request set."""
+    rng = np.random.default_rng(np.random.SeedSequence([int(reqs.seed), 0x5EED13]))
+    k = 1.0 / (spread * spread)
+    return rng.gamma(k, 1.0 / k, len(reqs)).tolist()
 
 
 def open_arrivals(reqs: RequestSet, rate: float) -> tuple[list[float], list[float] | None]:
@@ -38,3 +55,33 @@ def in_flight_at(sent: np.ndarray, finish: np.ndarray) -> np.ndarray:
     before = np.searchsorted(s, sent, side="left")
     done = np.searchsorted(f, sent, side="right")
     return np.maximum(before - done, 0).astype(float)
+
+
+
+class SerialFrontEnd:
+    """A front end that streams every request's output in one process (FrontEnd.
+    stream_token_s; closed loop): `work[r]`, request r's streaming time; `free`, when the
+    work taken on so far would be done, served without a pause."""
+
+    __slots__ = ("work", "free")
+
+    def __init__(self, work: np.ndarray):
+        self.work = np.asarray(work, dtype=float).tolist()
+        self.free = 0.0
+
+    @classmethod
+    def of(cls, reqs: RequestSet) -> SerialFrontEnd | None:
+        """The request set's serial front end, None without one."""
+        f = reqs.frontend
+        if f is None or f.stream_token_s <= 0:
+            return None
+        return cls(f.stream_token_s * reqs.output_tokens)
+
+    def take(self, r: int, t: float, slack: float = float("inf")) -> float:
+        """When it takes request r sent at t: once the work it took on before can be done
+        within `slack` — the lifetime of a request, over which its streaming is spread. So a
+        request waits only while the streams need more than the process has: at saturation
+        requests come one streaming's work apart, and the other clients queue."""
+        busy = self.free if self.free > t else t
+        self.free = busy + self.work[r]
+        return busy - slack if busy - slack > t else t

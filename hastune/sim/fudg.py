@@ -85,10 +85,11 @@ class FuDGSimulator:
         wall0 = time.perf_counter()
         run = FuDGRun(self, reqs, rate)
         run.events()
+        extra = {"network_GB": run.net.bytes_moved / 1e9, "network_busy_s": run.net.busy_s}
+        if self.profile.kv_on_demand:
+            extra["preemptions"] = float(sum(d.preempted for d in run.dws))  # type: ignore
         return build_result(rate, run.loop, run.t_first, run.t_last, run.out_tok,
-                            run.rejected, self.warmup, run.utilisation(), wall0,
-                            {"network_GB": run.net.bytes_moved / 1e9,
-                             "network_busy_s": run.net.busy_s})
+                            run.rejected, self.warmup, run.utilisation(), wall0, extra)
 
 
 class FuDGRun:
@@ -120,7 +121,15 @@ class FuDGRun:
         self.enc_lat = encode_times(reqs, ptm[0])
         # decode pool
         self.d_cap = [t.kv_cap_text for t in dtm]
-        self.dws = [DecodeWorker(t.decode, c, t.first_gpu) for t, c in zip(dtm, self.d_cap)]
+        if sim.profile.kv_on_demand:  # KV on demand, recomputed on the decode instance
+            from hastune.sim.decode_paged import paged
+
+            cls = paged(DecodeWorker)
+            self.dws = [cls(t.decode, c, t.first_gpu) for t, c in zip(dtm, self.d_cap)]
+            for w, t in zip(self.dws, dtm):
+                w.prefill_s = t.prefill_latency  # type: ignore[attr-defined]
+        else:
+            self.dws = [DecodeWorker(t.decode, c, t.first_gpu) for t, c in zip(dtm, self.d_cap)]
         self.d_inflight = [0.0] * D
         self.d_node = [t.node for t in dtm]
         self.fits = (max(self.d_cap), max(self.p_cap))  # the most KV any instance can hold

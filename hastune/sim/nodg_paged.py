@@ -10,22 +10,77 @@ The run is the event-by-event one of hastune.sim.nodg_run (`ahead` off: every it
 event, the shared loop; its arrivals, with no output KV taken at admission), with admission
 against the live KV (`PagedDecode.reserved` is the
 batch's context) and decode stretches that end at the step where KV would run out
-(`PagedDecode.next_finish`)."""
+(`PagedDecode.next_finish`).
+
+With a front end that streams tokens at a cost per token (FrontEnd.per_output_token_s:
+SGLang's tokenizer manager, hastune.engine_terms.FRONTEND_TOKEN_S), every token the engine
+makes passes through one process per replica in order (`Delivery`): a request's first and
+last tokens reach the client when that process is through them, and in closed loop the client
+sends its next request then. Where the engine makes tokens faster than the process can pass
+them on, they queue there and the engine holds fewer requests."""
 
 from __future__ import annotations
 
-from heapq import heapify
-
 from hastune.policies import Prompt
+from hastune.sim.decode_paged import pop_newest
 from hastune.sim.instance import ReplicaDecode
 from hastune.sim.nodg_run import _Run
 
 
+class Delivery:
+    """The front end's process that passes one replica's tokens on to their clients, in the
+    order made: `cost` seconds a token, and `per_made` more for every token its request has
+    made before (the front end hands each chunk its request's whole output so far): `free`
+    is when it is through all it has been given."""
+
+    __slots__ = ("cost", "per_made", "free")
+
+    def __init__(self, cost: float, per_made: float = 0.0):
+        self.cost = cost
+        self.per_made = per_made
+        self.free = 0.0
+
+    def stretch(self, t0: float, t1: float, n: int, m: int, made: float) -> float:
+        """m decode steps of n tokens each from t0 to t1, their requests having made `made`
+        tokens together before the first (their tokens come at each step's end); when the
+        last step's tokens reach their clients."""
+        c, g = self.cost * n, self.per_made
+        work = c * m + g * (m * made + n * m * (m - 1) * 0.5)
+        last = c + g * (made + n * (m - 1))
+        self.free = max(max(self.free, t0) + work, t1 + last)
+        return self.free
+
+    def one(self, t: float) -> float:
+        """One token made at t (a prompt's first); when it reaches its client."""
+        self.free = max(self.free, t) + self.cost
+        return self.free
+
+
 class PagedDecode(ReplicaDecode):
     """A decode batch whose KV is its context (no reservation), bounded by the scheduler's
-    share of the instance's KV."""
+    share of the instance's KV; with `deliver`, its tokens pass through the front end."""
 
-    __slots__ = ("sched",)
+    __slots__ = ("sched", "deliver", "prompts", "pre")
+
+    def made(self) -> float:
+        """The tokens the running requests have made so far, together: their context less
+        their prompts (`prompts`, kept by _PagedRun)."""
+        return self.S + self.n * self.step - self.prompts
+
+    def advance(self, t: float, step: int, t_last: list[float]) -> list[tuple]:
+        m, n, t0 = step - self.step, self.n, self.t0
+        dl = self.deliver
+        made = self.made() if dl is not None else 0.0
+        done = super().advance(t, step, t_last)
+        if dl is not None:
+            pre = self.pre
+            for e in done:
+                self.prompts -= pre[e[1]]
+            if m > 0 and n:
+                f = dl.stretch(t0, t, n, m, made)
+                for e in done:
+                    t_last[e[1]] = f
+        return done
 
     @property
     def reserved(self) -> float:  # what admission compares: the KV held now
@@ -53,9 +108,16 @@ class _PagedRun(_Run):
 
     def __init__(self, sim, reqs, rate: float):
         super().__init__(sim, reqs, rate)
+        fe = reqs.frontend
+        cost = fe.per_output_token_s if fe is not None else 0.0
+        per_made = fe.per_made_token_s if fe is not None else 0.0
+        self.deliver = cost > 0 or per_made > 0
         for rp in self.reps:
             d = PagedDecode(rp.tm.decode, rp.tm.first_gpu)
             d.sched = rp.sched
+            d.deliver = Delivery(cost, per_made) if self.deliver else None
+            d.prompts = 0.0
+            d.pre = self.pre_tok
             rp.dec = d
         n = len(self.out_tok)
         self.out_kv = [0] * n     # admission takes the prompt's KV only (see _Run.arrive)
@@ -91,18 +153,31 @@ class _PagedRun(_Run):
         """A prompt (or a preempted request's recompute) finished prefilling at t."""
         q = p.req
         g = self.redo.pop(q, 0)
+        tc = t if d.deliver is None else d.deliver.one(t)  # when its client has the token
         if not g:
-            self.t_first[q] = t
+            self.t_first[q] = tc
         left = self.out_tok[q] - g
         if left <= 1:
-            self.t_last[q] = t
-            self.done(k, q, t)
+            self.t_last[q] = tc
+            self.done(k, q, tc)
             return
         self.gen[q] = g + 1
         self.joined[q] = d.step
         self.seq_join += 1
         self.order[q] = self.seq_join
         d.join(q, p.total + 1.0, left, 0.0)
+        d.prompts += self.pre_tok[q]
+
+    def left(self, k: int, fin, t: float) -> None:
+        """As _Run.left; with the front end passing tokens on, each client has its last token
+        when `Delivery` says (PagedDecode.advance put it in t_last)."""
+        if not self.deliver:
+            return super().left(k, fin, t)
+        self.release(k, len(fin))
+        if self.closed:
+            t_last = self.t_last
+            for e in fin:
+                self.loop.finished(e[1], t_last[e[1]])
 
     def make_room(self, rp) -> None:
         """Preempt the newest running requests while the next decode step would not fit."""
@@ -110,14 +185,11 @@ class _PagedRun(_Run):
         order = self.order
         while d.n and d.S + d.n * (d.step + 1) + sched.reserved > sched.kv_cap:
             run = d.running
-            i = max(range(len(run)), key=lambda j: order[run[j][1]])
-            e = run[i]
-            run[i] = run[-1]
-            run.pop()
-            heapify(run)
+            e = pop_newest(run, order)
             d.n -= 1
             d.S -= e[2]
             q = e[1]
+            d.prompts -= self.pre_tok[q]
             g = self.gen[q] + (d.step - self.joined[q])
             self.redo[q] = g
             sched.waiting.appendleft(Prompt(q, self.pre_tok[q] + g, self.pre_tok[q] + g))

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hastune.policies import IterationScheduler, LeastInFlight
-from hastune.sim.common import EventLoop, build_result, request_lists
-from hastune.sim.events import PRIO_DONE, SimulationError
+from hastune.sim.common import ARRIVE, EventLoop, build_result, request_lists
+from hastune.sim.events import PRIO_DONE, PRIO_TIMER, SimulationError
 from hastune.sim.instance import InstanceTiming, ReplicaDecode
 from hastune.sim.nodg_plan import STEP, Planner
 from hastune.sim.result import RunResult
@@ -30,7 +30,7 @@ class _Replica:
 
     __slots__ = ("tm", "dec", "sched", "active", "in_iter", "ver", "ev_t", "target", "decodes",
                  "busy_since", "busy_s", "iters", "prefill_s", "max_iter", "run", "early",
-                 "early_ver", "spec", "spec_ver")
+                 "early_ver", "spec", "spec_ver", "waking")
 
     def __init__(self, tm: InstanceTiming, kv_cap: int, chunk: int | None):
         self.tm = tm
@@ -52,6 +52,7 @@ class _Replica:
         self.early_ver = -1     # the event planned there
         self.spec: tuple | None = None  # the last iteration of a solo event, as it started
         self.spec_ver = -1      # that event (retract)
+        self.waking = False     # woken by an arrival: starts once its instant's arrivals are in
 
 
 class _Run(Planner):
@@ -89,12 +90,15 @@ class _Run(Planner):
         self.next_arrival = 0  # the first pre-computed arrival not seen yet (open loop)
         self.arr, self.n_open = loop.arr, loop.n_open
         self.early_ok = self.ahead and not self.closed  # arrive: a boundary taken ahead
+        self.woken: list[int] = []  # replicas to start once the instant's arrivals are in
+        self.starts = 0  # start events popped (not counted as the run's events)
 
     def go(self) -> RunResult:
         if self.closed or not self.ahead:  # (the reference: the shared loop)
             self.loop.run_versioned(self.arrive, self.step, self.reps)
         else:
             self.run_open()
+        self.loop.popped -= self.starts
         return self.result()
 
     def run_open(self) -> None:
@@ -103,7 +107,7 @@ class _Run(Planner):
         and errors, with the next arrival's time kept at hand."""
         loop = self.loop
         heap, arr, n_open, reps = self.heap, self.arr, self.n_open, self.reps
-        arrive, step = self.arrive, self.step
+        arrive, step, woken = self.arrive, self.step, self.woken
         watcher = loop.watcher
         every = watcher.every if watcher is not None else n_open + 1  # arrivals between checks
         check = every
@@ -128,6 +132,8 @@ class _Run(Planner):
                 arrive(i, ta)
                 i += 1
                 ta = arr[i] if i < n_open else math.inf
+                if woken and ta != t:  # the instant's last arrival: start the woken replicas
+                    self.start_woken(t)
                 if i >= check:
                     if watcher.failed(i, t):  # type: ignore[union-attr]
                         loop.stopped = True
@@ -152,6 +158,10 @@ class _Run(Planner):
                 self.loop.finished(e[1], t)
 
     def arrive(self, q: int, t: float) -> None:
+        if q < 0:  # a woken replica's start (wake), after the arrivals of its instant
+            self.starts += 1
+            self.start(~q, t)
+            return
         self.next_arrival = q + 1
         k = self.pick()
         rp = self.reps[k]
@@ -170,9 +180,14 @@ class _Run(Planner):
             rp.active = True
             rp.busy_since = t
             d.t0 = t
+            if self.closed or (q + 1 < self.n_open and self.arr[q + 1] == t):
+                self.wake(rp, k, t)  # others may arrive at t: it starts when all are in
+                return
         elif rp.in_iter:  # it queues; but it may share the last iteration planned: retract
             if rp.spec_ver == rp.ver and t < rp.spec[0]:  # type: ignore[index]
                 self.retract(rp, k)
+            return
+        elif rp.waking:  # it starts at t, after this instant's arrivals: it takes q then
             return
         else:  # decoding only: the next step boundary takes it
             tb, sb = d.boundary(t)
@@ -208,6 +223,40 @@ class _Run(Planner):
             self.plan(k, t)
         if early:
             rp.early_ver = rp.ver
+
+    def wake(self, rp: _Replica, k: int, t: float) -> None:
+        """Idle replica k was woken at t by an arrival that others may join at t (closed loop,
+        or the next arrival at the same time): as an engine's loop schedules what is waiting
+        when its next iteration starts, it plans at t once every arrival of t is in — through
+        the open loop's `woken`, or an ARRIVE-kind event ~k at PRIO_TIMER (after arrivals)."""
+        rp.waking = True
+        if self.ahead and not self.closed:
+            self.woken.append(k)
+        else:
+            heappush(self.heap, (t, PRIO_TIMER, next(self.seq), ARRIVE, ~k, None))
+
+    def start_woken(self, t: float) -> None:
+        for k in self.woken:
+            self.start(k, t)
+        self.woken.clear()
+
+    def start(self, k: int, t: float) -> None:
+        """Woken replica k plans at t what arrived at t: one prompt alone as `arrive` would
+        (solo), else `plan`."""
+        rp = self.reps[k]
+        rp.waking = False
+        sched, d = rp.sched, rp.dec
+        n = d.n
+        if self.solo_ok and len(sched.waiting) == 1 and not sched.prefilling:
+            p = sched.waiting[0]
+            if (n < sched.chunk and n < sched.seats
+                    and d.reserved + sched.reserved + p.need <= sched.kv_cap):
+                sched.waiting.popleft()
+                sched.reserved += p.need
+                sched.prefilling.append(p)
+                self.solo(rp, k, t, p, n)
+                return
+        self.plan(k, t)
 
     def step(self, k: int, t: float) -> None:
         """Replica k's pending event: the end of an iteration (the prompts it finished made

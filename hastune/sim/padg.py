@@ -64,7 +64,12 @@ class PaDGSimulator:
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()
-        run = PaDGRun(self, reqs, rate)
+        if self.profile.kv_on_demand:  # paged KV with preemption (hastune.sim.padg_paged)
+            from hastune.sim.padg_paged import PagedPaDGRun
+
+            run: PaDGRun = PagedPaDGRun(self, reqs, rate)
+        else:
+            run = PaDGRun(self, reqs, rate)
         run.events()
         sc = run.scaler
         self.last = {"instances": run.insts, "macros": run.macros, "home": run.home,
@@ -95,4 +100,6 @@ def summary(run: PaDGRun) -> tuple[dict[str, float], dict[str, float]]:
              "refused_ttft": float(refused[1]), "refused_slack": float(refused[2]),
              "refused_memory": float(refused[3]),
              "network_GB": 0.0}  # no KV ever leaves its instance
+    if hasattr(insts[0].dec, "preempted"):  # KV on demand (hastune.sim.padg_paged)
+        extra["preemptions"] = float(sum(x.dec.preempted for x in insts))
     return util, extra

@@ -225,6 +225,7 @@ class PaDGRun:
         number of the check that refuses it."""
         d = x.dec
         phase = x.phase
+        sb = d.step  # the decode step at which the window would open
         if phase == PREFILL:
             window = t - x.win_start
             left = x.last_done - t
@@ -244,8 +245,13 @@ class PaDGRun:
                 saved, window = math.inf, 0.0
             empty = pending == 0.0
         seats = x.seats - d.n - len(x.win) - len(x.queue)
-        return self.check(window, pending, est_r, saved, x.cap - d.reserved - x.kv_other, need_r,
-                          seats, empty)
+        return self.check(window, pending, est_r, saved, self.kv_free(x, sb), need_r, seats,
+                          empty)
+
+    def kv_free(self, x: Inst, sb: int) -> float:
+        """The KV tokens x can still give a request whose window opens at decode step sb:
+        what neither its decode batch nor the requests given to it have reserved."""
+        return x.cap - x.dec.reserved - x.kv_other
 
     def next_chance(self, m: Macro, r: int, t: float) -> float:
         """The first decode boundary at which some member's saved TPOT covers r's prefill."""

@@ -7,14 +7,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hastune import engine_terms as et
 from hastune.cluster import Cluster
 from hastune.config import NoDGConfig
+from hastune.fidelity import fit as F
 from hastune.model_ref import Engine
 from hastune.profile import load_profile
+from hastune.sim.frontend import stream_waits
 from hastune.sim.nodg import NoDGSimulator
 from hastune.workload import RequestSet
 
@@ -63,7 +65,8 @@ def test_scheduler_defaults_follow_the_engines_rules():
     assert et.scheduler_defaults("vllm", 80, "a100-80gb").chunk_tokens == 2048  # A100 rule
     assert et.scheduler_defaults("vllm", 48, "l40s-48gb").max_seqs == 256
     sg = et.scheduler_defaults("sglang", 141, "h200-141gb")
-    assert sg.chunk_tokens is None and sg.prefill_tokens == 8192  # separate prefill batches
+    # SGLang's chunked_prefill_size, spread beside decoding (engine_terms: clumps), KV on demand
+    assert sg.chunk_tokens == sg.prefill_tokens == 8192 and sg.preempts
     assert et.scheduler_defaults("sglang", 180, "b200-180gb").prefill_tokens == 16384
     assert et.scheduler_defaults("sglang", 24, "x").prefill_tokens == 2048
     with pytest.raises(ValueError):
@@ -99,9 +102,12 @@ def test_open_loop_front_end_adds_its_delay_to_ttft(fe, rate, seed):
 @given(clients=st.integers(2, 24), isl=st.sampled_from([256, 1024, 3000]),
        osl=st.integers(8, 64), seed=st.integers(0, 20))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(clients=18, isl=3000, osl=15, seed=0)  # prompt-bound: 10 rounds to settle (warmup.py)
 def test_closed_loop_ttft_does_not_depend_on_run_length(clients, isl, osl, seed):
-    """Clients that start spread over a request's lifetime (ramp_s) settle at once: the mean
-    TTFT of 40 rounds per client and of 400 differ by < 5% (issue 13's bar)."""
+    """Clients that start spread over a request's lifetime (ramp_s), measured from where their
+    steady state begins (hastune.sim.warmup): the mean TTFT of 40 rounds per client and of 400
+    differ by < 5% (issue 13's bar). With two rounds of warm-up alone, the example below
+    (found by this test) differed by 6.7%."""
     t = _terms(1.0, 5e-4, 1e-5, 0.02, 0.002)
     prof = et.apply(PROFILE, t)
     cl = Cluster(gpu="a100-80gb", gpus=2)
@@ -127,6 +133,155 @@ def test_closed_loop_counts_the_stream_wait_per_request_in_flight():
                                                          8.0)
     # a client's request finds the other 7 in flight (no think time), fewer when some finish
     # at the very instant it is sent; the wait is a whole number of per-stream waits
-    k = (fe.ttft_measured() - base.ttft_measured()) / 0.003
+    w = max(base.warmup, fe.warmup)  # each run's steady state may start elsewhere
+    k = (fe.ttft[w:] - base.ttft[w:]) / 0.003
     np.testing.assert_allclose(k, np.round(k), atol=1e-6)
     assert k.min() >= 0 and k.max() == pytest.approx(7) and np.median(k) == pytest.approx(7)
+
+
+@given(spread=st.floats(0.3, 1.5), seed=st.integers(0, 1000), n=st.integers(50, 400))
+@settings(max_examples=25, deadline=None)
+def test_stream_waits_have_mean_one_their_spread_and_are_reproducible(spread, seed, n):
+    reqs = _reqs(20000, 100, 10, seed=seed)
+    w = np.array(stream_waits(reqs, spread))
+    assert (w >= 0).all()
+    assert w.mean() == pytest.approx(1.0, abs=0.05)
+    assert w.std() / w.mean() == pytest.approx(spread, rel=0.1)
+    # the same request set gives the same draws; a shorter one with the same seed, its prefix
+    assert stream_waits(reqs, spread) == w.tolist()
+    assert stream_waits(_reqs(n, 100, 10, seed=seed), spread) == w[:n].tolist()
+
+
+@given(clients=st.integers(2, 16), stream=st.floats(1e-3, 0.02), seed=st.integers(0, 20))
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_front_end_wait_that_varies_comes_before_the_engine(clients, stream, seed):
+    """With FrontEnd.spread, a closed-loop request waits per_stream × (clients − 1) × its draw
+    before the engine sees it (its TTFT holds that wait; the first round, sent before any
+    stream runs, waits nothing), and the engine's schedule moves with it."""
+    fe = et.FrontEnd(0.01, 0.0, stream, 1.0)
+    cl = Cluster(gpu="a100-80gb", gpus=2)
+    cfg = NoDGConfig(architecture="nodg", replicas=1, tp=2, pp=1, chunk_tokens=2048)
+    reqs = replace(_reqs(clients * 12, 600, 20, seed=seed), frontend=fe)
+    res = NoDGSimulator(PROFILE, cl, cfg, warmup=0.0).run(reqs, float(clients))
+    wait = 0.01 + stream * (clients - 1) * np.array(stream_waits(reqs, 1.0))
+    wait[:clients] = 0.01
+    assert (res.ttft >= wait - 1e-9).all()
+    const = NoDGSimulator(PROFILE, cl, cfg, warmup=0.0).run(
+        replace(reqs, frontend=replace(fe, spread=0.0)), float(clients))
+    assert not np.allclose(res.ttft, const.ttft)
+
+
+def test_sglang_terms_carry_a_front_end_wait_that_varies():
+    t = et.terms_for("sglang", "h200-141gb", 141)
+    assert t.frontend.spread == et.FRONTEND_SPREAD["sglang"] > 0
+    assert et.terms_for("vllm", "h200-141gb", 141).frontend.spread == 0.0
+
+
+@given(clients=st.integers(2, 12), osl=st.integers(8, 64), seed=st.integers(0, 20))
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_queued_client_counts_one_completion_gap_more(clients, osl, seed):
+    """FrontEnd.queued: the engine sees the same requests at the same times, and each TTFT
+    counts from the completion before the one that sent it: on average one gap between
+    completions more (TensorRT-LLM's runs on H100, FRONTEND_QUEUED)."""
+    cl = Cluster(gpu="a100-80gb", gpus=2)
+    cfg = NoDGConfig(architecture="nodg", replicas=1, tp=2, pp=1, chunk_tokens=2048)
+    reqs = _reqs(clients * 20, 512, osl, seed=seed)
+    fe = et.FrontEnd(0.01)
+    plain = NoDGSimulator(PROFILE, cl, cfg, warmup=0.0).run(replace(reqs, frontend=fe),
+                                                            float(clients))
+    queued = NoDGSimulator(PROFILE, cl, cfg, warmup=0.0).run(
+        replace(reqs, frontend=replace(fe, queued=True)), float(clients))
+    np.testing.assert_array_equal(queued.tpot, plain.tpot)  # the same schedule
+    w = max(queued.warmup, plain.warmup)  # each run's steady state may start elsewhere
+    extra = queued.ttft[w:] - plain.ttft[w:]
+    assert (extra >= -1e-12).all()
+    done = np.sort(plain.finish)
+    gap = (done[-1] - done[clients]) / (len(done) - 1 - clients)
+    assert extra.mean() == pytest.approx(gap, rel=0.35)
+    # the measured runs' client (hastune.fidelity fits under it), not a recipe's
+    sched = et.scheduler_defaults("trtllm", 80, "h100-80gb")
+    assert F.terms("trtllm", "h100-80gb", sched, F.PRIOR).frontend.queued
+    assert not F.terms("trtllm", "h200-141gb", sched, F.PRIOR).frontend.queued
+    assert not et.terms_for("trtllm", "h100-80gb", 80).frontend.queued
+
+
+
+@given(clients=st.integers(4, 24), osl=st.integers(8, 48), load=st.floats(1.5, 6.0),
+       seed=st.integers(0, 20))
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_serial_front_end_bounds_the_tokens_streamed(clients, osl, load, seed):
+    """FrontEnd.stream_token_s = b: one server process streams every output token. A server
+    with time to spare changes nothing; one the engine outruns (`load` × what it streams)
+    holds the run to one request per b × osl seconds, and the clients it cannot take wait
+    for it, counted in their TTFT (STREAM_TOKEN_S: TensorRT-LLM's trtllm-serve)."""
+    cl = Cluster(gpu="a100-80gb", gpus=2)
+    cfg = NoDGConfig(architecture="nodg", replicas=1, tp=2, pp=1, chunk_tokens=2048)
+    reqs = _reqs(clients * 16, 256, osl, seed=seed)
+    fe = et.FrontEnd(0.001)
+
+    def run(b):
+        return NoDGSimulator(PROFILE, cl, cfg, warmup=0.0).run(
+            replace(reqs, frontend=replace(fe, stream_token_s=b)), float(clients))
+
+    plain = run(0.0)
+    w = 2 * clients
+    done = np.sort(plain.finish)
+    rate = (len(done) - 1 - w) / (done[-1] - done[w])  # requests/s the engine completes
+    spare = run(0.05 / (rate * osl))  # the server busy 5% of the time
+    np.testing.assert_allclose(spare.ttft, plain.ttft, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(spare.tpot, plain.tpot, rtol=1e-9)
+    b = load / (rate * osl)  # the engine makes `load` × the tokens the server streams
+    slow = run(b)
+    done = np.sort(slow.finish)
+    got = (len(done) - 1 - w) / (done[-1] - done[w])
+    assert got <= 1.0 / (b * osl) * 1.05
+    assert got >= 1.0 / (b * osl) * 0.8
+    assert slow.ttft_measured().mean() > plain.ttft_measured().mean()
+    sched = et.scheduler_defaults("trtllm", 80, "h100-80gb")
+    assert F.terms("trtllm", "h200-141gb", sched, F.PRIOR).frontend.stream_token_s > 0
+    assert et.terms_for("trtllm", "h100-80gb", 80).frontend.stream_token_s > 0
+    assert et.terms_for("vllm", "h100-80gb", 80).frontend.stream_token_s == 0.0
+
+def test_trtllm_fp8_runs_keep_an_fp8_kv_cache():
+    """The measured TensorRT-LLM runs with fp8 weights hold their KV cache in fp8 (the
+    checkpoint's quantisation): half the bytes per token of a bf16 cache."""
+    from hastune.fidelity.rows import read_cases
+    from hastune.fidelity.run import recipe_for
+
+    csv = ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv"
+    if not csv.is_file():
+        pytest.skip("no calibration file")
+    seen = set()
+    for c in read_cases(csv):
+        kv = recipe_for(c, {}, csv).precision.kv_cache
+        seen.add((c.engine, c.weights, kv))
+        assert kv == ("fp8" if (c.engine, c.weights) == ("trtllm", "fp8") else "bf16")
+    assert ("trtllm", "fp8", "fp8") in seen
+
+
+@given(sends=st.lists(st.floats(0, 100), min_size=1, max_size=60),
+       work=st.floats(1e-4, 2.0), slack=st.floats(0.0, 50.0))
+@settings(max_examples=80, deadline=None)
+def test_a_serial_front_end_takes_a_request_once_its_backlog_fits_the_slack(sends, work, slack):
+    """SerialFrontEnd.take: never before the send; at once with unlimited slack or an idle
+    server; otherwise when the work taken on before (done without a pause) ends within the
+    slack — so requests sent together are taken one `work` apart once the slack is used."""
+    from hastune.sim.frontend import SerialFrontEnd
+
+    sends = sorted(sends)
+    n = len(sends)
+    sf = SerialFrontEnd(np.full(n, work))
+    free = 0.0
+    for i, t in enumerate(sends):
+        start = sf.take(i, t, slack)
+        busy = max(free, t)
+        assert start >= t
+        assert start == pytest.approx(max(t, busy - slack), abs=1e-9)
+        free = busy + work
+        assert sf.free == pytest.approx(free)
+    together = SerialFrontEnd(np.full(n, work))
+    starts = [together.take(i, 0.0, slack) for i in range(n)]
+    assert starts == sorted(starts)
+    assert starts[-1] == pytest.approx(max(0.0, (n - 1) * work - slack), abs=1e-9)
+    free = SerialFrontEnd(np.full(n, work))
+    assert all(free.take(i, t) == t for i, t in enumerate(sends))  # no slack limit
