@@ -123,14 +123,7 @@ class PagedPaDGRun(PaDGRun):
     def decoded(self, x: Inst, kind: int, t: float) -> None:
         """A boundary of x's decode batch: finishes, preemptions if the next step would not
         fit, preempted requests back in if they fit now, then the next wake."""
-        d = x.dec
-        if d.n > 0:
-            x.decode_s += t - x.decode_since
-            x.decode_since = t
-        for e in d.advance(t, x.target, self.t_last):
-            x.slack.remove(e[4])
-            self.decoded_on[e[1]] = x.id
-            self.done(e[1], t)
+        d = self.finish(x, t)
         hit = d.n > 0 and d.next_kv(d.step) > d.cap
         if hit:
             self.preempt(x)

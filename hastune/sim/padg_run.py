@@ -140,14 +140,7 @@ class PaDGRun:
     def decoded(self, x: Inst, kind: int, t: float) -> None:
         """Instance x's decode batch reached its planned boundary: requests finished there,
         and (SWITCH) a prefill window opens."""
-        d = x.dec
-        if d.n > 0:
-            x.decode_s += t - x.decode_since
-            x.decode_since = t
-        for e in d.advance(t, x.target, self.t_last):
-            x.slack.remove(e[4])
-            self.decoded_on[e[1]] = x.id
-            self.done(e[1], t)
+        d = self.finish(x, t)
         if kind == SWITCH:
             self.open_window(x, t)
             return
@@ -163,6 +156,19 @@ class PaDGRun:
         m = x.macro
         if m.queue:
             self.pump(m, t)
+
+    def finish(self, x: Inst, t: float):
+        """Instance x's decode batch at its boundary `t`: its decode time counted, and the
+        requests that finished there done. Returns the batch."""
+        d = x.dec
+        if d.n > 0:
+            x.decode_s += t - x.decode_since
+            x.decode_since = t
+        for e in d.advance(t, x.target, self.t_last):
+            x.slack.remove(e[4])
+            self.decoded_on[e[1]] = x.id
+            self.done(e[1], t)
+        return d
 
     def prefilled(self, x: Inst, batch: list[int], t: float) -> None:
         """A prefill batch of x came out of its last stage."""
