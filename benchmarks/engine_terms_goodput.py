@@ -25,7 +25,6 @@ def main() -> int:
     from hastune.config import parse_config
     from hastune.evaluate import Evaluation
     from hastune.recipe import load_recipe
-    from hastune.yamlio import read_yaml_mapping
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=None, help="only cases whose recipe or config has this")
@@ -34,11 +33,9 @@ def main() -> int:
           "P90 TPOT on |")
     print("|---|---|---|---|---|---|---|")
     t0 = time.perf_counter()
-    for rec_name, cfg_name, _ in G.CASES:
-        if args.only and args.only not in rec_name + cfg_name:
-            continue
-        rec = load_recipe(G.EX / rec_name)
-        cfg_dict = G.INLINE.get(cfg_name) or read_yaml_mapping(G.EX / cfg_name, "config")
+    for rec_path, cfg_name, cfg_dict in G.examples(args.only):
+        rec_name = rec_path.relative_to(G.EX)
+        rec = load_recipe(rec_path)
         cfg = parse_config(cfg_dict)
         out = []
         for terms in (False, True):

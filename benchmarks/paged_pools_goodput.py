@@ -31,7 +31,6 @@ def main() -> int:
     from hastune.config import parse_config
     from hastune.evaluate import Evaluation
     from hastune.recipe import load_recipe
-    from hastune.yamlio import read_yaml_mapping
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=None, help="only cases whose recipe or config has this")
@@ -41,8 +40,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     t0 = time.perf_counter()
     long = Path(__file__).resolve().parent / "paged-long-outputs.yaml"
-    cases = [(G.EX / r, c, G.INLINE.get(c) or read_yaml_mapping(G.EX / c, "config"))
-             for r, c, _ in G.CASES]
+    cases = G.examples()
     cases += [(long, f"fudg {p}p-tp2 {d}d-tp{tp}",
                {"architecture": "fudg", "prefill_instances": p, "prefill_tp": 2,
                 "decode_instances": d, "decode_tp": tp}) for p, d, tp in ((2, 1, 4), (1, 3, 2))]

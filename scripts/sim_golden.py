@@ -66,6 +66,15 @@ CASES = [
 DROP = {"wall_s"}
 
 
+def examples(only: str | None = None) -> list[tuple[Path, str, dict]]:
+    """CASES as (recipe path, config name, config mapping) for the benchmarks that evaluate
+    the shipped examples (benchmarks/engine_terms_goodput.py, paged_pools_goodput.py); only
+    those whose recipe or config name contains `only`, when given."""
+    from hastune.yamlio import read_yaml_mapping
+    return [(EX / r, c, INLINE.get(c) or read_yaml_mapping(EX / c, "config"))
+            for r, c, _ in CASES if not only or only in r + c]
+
+
 def _strip(x):
     if isinstance(x, dict):
         return {k: _strip(v) for k, v in x.items() if k not in DROP}
