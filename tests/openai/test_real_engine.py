@@ -100,14 +100,16 @@ def steady_tpot(rate: float, ttft: float, tpot: float, slowdown: float, n: int) 
 
 def test_fixed_latencies_pass_at_every_rate_up_to_the_cap(tmp_path: Path) -> None:
     """TTFT 0.05 s, TPOT 0.01 s whatever the load, SLOs 0.1 / 0.02: every probe passes, so
-    the search doubles from the start rate until its probes run out (max_probes 3)."""
+    the search doubles from the start rate until its probes run out (max_probes 3). The rates
+    stay at 10-40 req/s: at 160 a loaded 2-core CI machine's client and stand-in (both Python)
+    added their own delay and a probe failed (stop 21's CI)."""
     mark = uuid.uuid4().hex
-    rec = recipe(tmp_path, 0.1, 0.02, 4, max_probes=3, start=40.0)
+    rec = recipe(tmp_path, 0.1, 0.02, 4, max_probes=3, start=10.0)
     p = evaluate(rec, standin(tmp_path, ttft=0.05, tpot=0.01), mark)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     grid = RateGrid(TOL)
-    k0 = grid.index(40.0)
+    k0 = grid.index(10.0)
     want = [grid.rate(k0 + i * grid.steps(2.0)) for i in range(3)]
     assert [pr["rate"] for pr in out["probes"]] == pytest.approx(want)
     assert all(pr["passed"] for pr in out["probes"])
