@@ -25,6 +25,7 @@ import numpy as np
 from hastune import archs
 from runners.engine import backend
 from runners.engine.admission import EV_REJECTED, AdmissionGate
+from runners.engine.events import Events
 from runners.engine.fit import NOT_COMPARABLE, Fit, check_fit
 from runners.engine.messages import (
     EV_DONE,
@@ -135,7 +136,7 @@ class Engine:
         self.names = e_names + p_names + d_names
         self.e_names = e_names
         self.shared = Shared(ctx, len(p_names), len(d_names), self.names)
-        self.events = ctx.Queue()
+        self.events = Events(ctx, per_worker=o.backend == "local")
         for n in self.names:
             self.inboxes[n] = ctx.Queue()
         o = self.opts
@@ -145,14 +146,14 @@ class Engine:
                  "rate_hint": self.rate_hint, "config": cfg.model_dump()}
         p_in = [self.inboxes[n] for n in p_names]
         d_in = [self.inboxes[n] for n in d_names]
+        ch = self.events.channel  # each worker's own events queue (runners/engine/events.py)
         for i, n in enumerate(d_names):
-            self._spawn(ctx, n, decode_main, (n, i, wopts, self.inboxes[n], self.events,
-                                              self.shared))
+            self._spawn(ctx, n, decode_main, (n, i, wopts, self.inboxes[n], ch(), self.shared))
         for i, n in enumerate(p_names):
-            self._spawn(ctx, n, prefill_main, (n, i, wopts, self.inboxes[n], self.events, d_in,
+            self._spawn(ctx, n, prefill_main, (n, i, wopts, self.inboxes[n], ch(), d_in,
                                                d_names, self.shared))
         for i, n in enumerate(e_names):
-            self._spawn(ctx, n, encode_main, (n, i, wopts, self.inboxes[n], self.events, p_in,
+            self._spawn(ctx, n, encode_main, (n, i, wopts, self.inboxes[n], ch(), p_in,
                                               p_names, d_in, d_names, self.shared))
         self.wait_ready(self.names)
         self.started = True
@@ -224,6 +225,8 @@ class Engine:
             p.join(timeout=5)
             if p.is_alive():
                 p.kill()
+        if getattr(self, "events", None) is not None:
+            self.events.close()
         backend.close(getattr(self, "ctx", None))
         self.started = False
 

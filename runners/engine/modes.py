@@ -30,6 +30,7 @@ from typing import Any
 from hastune import archs
 from hastune.policies import Admission, LeastInFlight, RollingActivation, SlackTracker
 from hastune.policies.rolling import pick_macro
+from runners.engine.events import Events
 from runners.engine.messages import (
     EV_DONE,
     EV_ENCODED,
@@ -66,7 +67,7 @@ def launch(engine: Any, ctx: Any) -> NoDGMode | PaDGMode:
     n = len(names)
     engine.names, engine.e_names = names, []
     engine.shared = Shared(ctx, 0, 0, names)
-    engine.events = ctx.Queue()
+    engine.events = Events(ctx, per_worker=o.backend == "local")
     status = Status(ctx, n)
     wopts = {"model": o.model, "device": o.device, "threads": o.threads,
              "prefill_tokens": o.prefill_tokens, "kv_tokens": o.kv_tokens,
@@ -74,7 +75,8 @@ def launch(engine: Any, ctx: Any) -> NoDGMode | PaDGMode:
     for i, name in enumerate(names):
         engine.inboxes[name] = ctx.Queue()
         engine._spawn(ctx, name, continuous_main if continuous else windowed_main,
-                      (name, i, wopts, engine.inboxes[name], engine.events, status))
+                      (name, i, wopts, engine.inboxes[name], engine.events.channel(),
+                       status))
     engine.wait_ready(names)
     return (NoDGMode if continuous else PaDGMode)(engine, names, status)
 
