@@ -17,6 +17,25 @@ ROOT = Path(__file__).resolve().parent.parent
 _MISSING = ("could not import", "calibration data not found", "needs torch", "not installed")
 
 
+# Tests that run the engine (or a stand-in server) on this machine's cores and judge what
+# they measure: scripts/test runs them one at a time after the rest, which run in parallel.
+# A prefix of a test's node id.
+ENGINE_TESTS = ("tests/engine/", "tests/openai/",
+                "tests/test_real_noise.py::test_two_real_runs_agree_within_the_spread",
+                "tests/tune/test_recheck.py::test_a_recheck_on_the_engine")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "engine: runs the engine on this machine's cores "
+                            "(scripts/test runs these one at a time, after the rest)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.startswith(ENGINE_TESTS):
+            item.add_marker(pytest.mark.engine)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
