@@ -32,7 +32,7 @@ from hastune.sim.decode_paged import pop_newest
 from hastune.sim.events import PRIO_DONE
 from hastune.sim.instance import ReplicaDecode
 from hastune.sim.padg_run import PaDGRun
-from hastune.sim.padg_state import DEC, DECODE, SWITCH, Inst
+from hastune.sim.padg_state import DEC, SWITCH, Inst
 from hastune.workload import RequestSet
 
 if TYPE_CHECKING:
@@ -209,11 +209,7 @@ class PagedPaDGRun(PaDGRun):
             else:
                 join(r, pre[r] + 1.0, n_left, 0.0, k)
                 add(k)
-        x.window_reqs += len(x.win)
-        x.win.clear()
-        x.prefill_s += t - x.win_start
-        x.phase = DECODE
-        x.pending_s = 0.0
+        self.close_window(x, t)
         if d.n > 0:
             if d.next_kv(steps) > d.peak_kv:
                 d.peak_kv = d.next_kv(steps)

@@ -354,16 +354,20 @@ class PaDGRun:
                 k = key(t, steps)
                 join(r, pre[r] + 1.0, out_tok[r], need[r], k)
                 add(k)
-        x.window_reqs += len(x.win)
-        x.win.clear()
-        x.prefill_s += t - x.win_start
-        x.phase = DECODE
-        x.pending_s = 0.0
+        self.close_window(x, t)
         if d.n > 0:
             x.decode_since = t
             self.plan_decode(x)
         if m.queue:
             self.pump(m, t)
+
+    def close_window(self, x: Inst, t: float) -> None:
+        """x's prefill window closes at `t` (its requests have joined the decode batch)."""
+        x.window_reqs += len(x.win)
+        x.win.clear()
+        x.prefill_s += t - x.win_start
+        x.phase = DECODE
+        x.pending_s = 0.0
 
     def plan_decode(self, x: Inst) -> None:
         nf = x.dec.next_finish()

@@ -29,9 +29,12 @@ def test_a_transient_is_cut_and_the_rest_is_kept(rounds, clients, level, noise, 
     assert w % clients == 0
     assert FLOOR_ROUNDS * clients <= w <= (rounds // 2) * clients
     assert w >= transient * clients  # nothing of the transient is left
-    # and what is kept is the steady state: its mean within the noise of the level
+    # and what is kept is the steady state: its mean within the noise of the level. 5 standard
+    # errors: MSER's choice of the cut biases the kept mean (it drops the high rounds), so a
+    # stationary run's |error| reaches 4.2 standard errors in 20,000 random runs (hypothesis
+    # found 4.3 at rounds=27, clients=50, noise=1/32, seed=132)
     kept = y[w:].mean()
-    assert abs(kept / level - 1) <= 4 * noise / np.sqrt(len(y) - w) + 1e-9
+    assert abs(kept / level - 1) <= 5 * noise / np.sqrt(len(y) - w) + 1e-9
 
 
 @given(rounds=st.integers(12, 120), clients=st.integers(1, 64), noise=st.floats(0.01, 0.2),
