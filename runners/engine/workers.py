@@ -60,15 +60,56 @@ def handoff(log: StepLog, kind: str, job: Job, tokens: int, now: float) -> None:
         log.add(kind, sent, now - sent, 1, tokens)
 
 
+def _bump(arr: Any, i: int, x: float) -> None:
+    """arr[i] += x. A Ray hub array (runners/engine/ray_backend.py) sends the change as a
+    delta read under its mirror's lock, which is this process's own; a local lock-free
+    array has no lock (one writer per element)."""
+    lock = getattr(arr, "get_lock", None)
+    if lock is None:
+        arr[i] += x
+    else:
+        with lock():
+            arr[i] += x
+
+
+class Load:
+    """A counter per target worker that other workers add to and the target takes from
+    (outstanding prefill tokens, reserved decode KV), without a lock: each writer has a row of
+    its own and the target its own `freed` slot, so every element has one writer and a read
+    sums them. A worker killed mid-update then leaves at most its own row stale; with one
+    lock shared by all (as before) a kill inside the lock would have stopped every worker
+    that routes by the counter (runners/engine/events.py tells the same of the event queue).
+    `writer` is the writer's index in Shared.names."""
+
+    def __init__(self, ctx: Any, writers: int, targets: int):
+        self.w, self.n = writers, max(targets, 1)
+        self.added = ctx.Array("d", self.w * self.n, lock=False)
+        self.freed = ctx.Array("d", self.n, lock=False)
+
+    def add(self, writer: int, target: int, x: float) -> None:
+        _bump(self.added, writer * self.n + target, x)
+
+    def free(self, target: int, x: float) -> None:
+        _bump(self.freed, target, x)
+
+    def __getitem__(self, target: int) -> float:
+        added = self.added
+        return sum(added[w * self.n + target] for w in range(self.w)) - self.freed[target]
+
+
 class Shared:
-    """Counters every process reads: outstanding prefill tokens, reserved decode KV tokens,
-    and which workers are alive."""
+    """Counters every process reads: outstanding prefill tokens, reserved decode KV tokens
+    (Load), and which workers are alive (written by the engine process only). No locks: a
+    worker killed holding one would stop the others."""
 
     def __init__(self, ctx: Any, n_prefill: int, n_decode: int, names: list[str]):
-        self.prefill_load = ctx.Array("d", max(n_prefill, 1))
-        self.decode_load = ctx.Array("d", max(n_decode, 1))
-        self.alive = ctx.Array("b", [1] * len(names))
+        self.prefill_load = Load(ctx, len(names), n_prefill)
+        self.decode_load = Load(ctx, len(names), n_decode)
+        self.alive = ctx.Array("b", [1] * len(names), lock=False)
         self.names = names
+
+    def writer(self, name: str) -> int:
+        return self.names.index(name)
 
     def is_alive(self, name: str) -> bool:
         return bool(self.alive[self.names.index(name)])
@@ -129,6 +170,7 @@ class _Prefill:
         self.budget = opts.get("prefill_tokens", 2048)
         self.decode_inboxes, self.decode_names = decode_inboxes, decode_names
         self.shared, self.remote_index = shared, remote_index
+        self.me = shared.writer(name)  # its row in the shared counters
 
     def tokens(self, job: Job) -> int:
         n = len(job.prompt)
@@ -145,8 +187,7 @@ class _Prefill:
                     sum(x * x for x in n))
         for job, (_first_token, handle) in zip(jobs, outs):
             if self.remote_index is not None:
-                with self.shared.prefill_load.get_lock():
-                    self.shared.prefill_load[self.remote_index] -= self.tokens(job)
+                self.shared.prefill_load.free(self.remote_index, self.tokens(job))
             if job.max_tokens <= 1:
                 self.model.free(handle)
                 self.events.put((EV_FIRST, job.rid, self.name, t, None))
@@ -158,8 +199,7 @@ class _Prefill:
                 self.events.put((EV_FIRST, job.rid, self.name, t, "-"))
                 continue
             reserve = handle.length + job.max_tokens
-            with self.shared.decode_load.get_lock():
-                self.shared.decode_load[d] += reserve
+            self.shared.decode_load.add(self.me, d, reserve)
             self.events.put((EV_FIRST, job.rid, self.name, t, self.decode_names[d]))
             t1 = time.monotonic()
             state = self.model.export_kv(handle)
@@ -266,6 +306,8 @@ def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
                      log), local_q, part, name)
     events.put((EV_READY, -1, name, time.monotonic(), part.report()))
 
+    me = shared.writer(name)  # its row in the shared counters
+
     def route(job: Job, t: float) -> None:
         remote = bool(prefill_names) and router.route()
         p = _least(shared.prefill_load, prefill_names, shared) if remote else None
@@ -277,8 +319,7 @@ def encode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
             local_q.put(job)
             return
         n = len(job.prompt) + (0 if job.embeddings is None else int(job.embeddings.shape[0]))
-        with shared.prefill_load.get_lock():
-            shared.prefill_load[p] += n
+        shared.prefill_load.add(me, p, n)
         events.put((EV_ENCODED, job.rid, name, t, prefill_names[p]))
         job.stamps["sent"] = time.monotonic()
         prefill_inboxes[p].put(job)
@@ -381,8 +422,7 @@ def decode_main(name: str, index: int, opts: dict, inbox: Any, events: Any,
             if r[2] <= 0:
                 model.free(r[1])
                 reserved -= r[4]
-                with shared.decode_load.get_lock():
-                    shared.decode_load[index] -= r[4]
+                shared.decode_load.free(index, r[4])
                 events.put((EV_DONE, r[0].rid, name, t1, r[3]))
             else:
                 keep.append(r)

@@ -1,4 +1,5 @@
-"""runners/engine/events.py: a worker killed while it writes its events silences only itself.
+"""runners/engine/events.py: a worker killed while it writes its events silences only itself;
+the shared counters (runners/engine/workers.py Load) have no lock to leave held.
 
 A worker dies holding its queue's write lock (what SIGKILL mid-`put` leaves behind; here the
 dying process takes the lock itself, so the case is certain rather than a race). On one queue
@@ -73,3 +74,35 @@ def test_control_one_shared_queue_is_silenced():
     finally:
         pb.kill()
     assert got == []
+
+
+# --- the shared counters (runners/engine/workers.py Load): no lock, no lost update ---------
+
+
+def _add_many(load, writer: int, n: int, go) -> None:
+    go.wait(60)  # all at once, so that the writes overlap
+    for _ in range(n):
+        load.add(writer, 0, 1.0)
+
+
+def test_two_writers_and_the_target_lose_no_update_without_a_lock():
+    """Two processes add to one target's counter 200,000 times each while this one (the
+    target) frees 100,000, all at once: each writes only its own element, so the sum is
+    exact (two writers on one element, unlocked, lose updates: tried, 2 cores)."""
+    from runners.engine.workers import Load
+
+    ctx = mp.get_context("spawn")
+    load = Load(ctx, writers=3, targets=2)
+    go = ctx.Barrier(3)
+    ps = [ctx.Process(target=_add_many, args=(load, w, 200_000, go), daemon=True)
+          for w in (1, 2)]
+    for p in ps:
+        p.start()
+    go.wait(60)
+    for _ in range(100_000):
+        load.free(0, 1.0)
+    for p in ps:
+        p.join(60)
+        assert p.exitcode == 0
+    assert load[0] == 300_000.0 and load[1] == 0.0
+    assert not hasattr(load.added, "get_lock")  # nothing a killed worker could hold
