@@ -1,5 +1,5 @@
 """runners/engine/events.py: a worker killed while it writes its events silences only itself;
-the shared counters (runners/engine/workers.py Load) have no lock to leave held.
+the shared counters (runners/engine/counters.py Load) have no lock to leave held.
 
 A worker dies holding its queue's write lock (what SIGKILL mid-`put` leaves behind; here the
 dying process takes the lock itself, so the case is certain rather than a race). On one queue
@@ -76,7 +76,7 @@ def test_control_one_shared_queue_is_silenced():
     assert got == []
 
 
-# --- the shared counters (runners/engine/workers.py Load): no lock, no lost update ---------
+# --- the shared counters (runners/engine/counters.py Load): no lock, no lost update ---------
 
 
 def _add_many(load, writer: int, n: int, go) -> None:
@@ -89,7 +89,7 @@ def test_two_writers_and_the_target_lose_no_update_without_a_lock():
     """Two processes add to one target's counter 200,000 times each while this one (the
     target) frees 100,000, all at once: each writes only its own element, so the sum is
     exact (two writers on one element, unlocked, lose updates: tried, 2 cores)."""
-    from runners.engine.workers import Load
+    from runners.engine.counters import Load
 
     ctx = mp.get_context("spawn")
     load = Load(ctx, writers=3, targets=2)
