@@ -23,7 +23,6 @@ With ample KV nothing is preempted and check 3 never binds: the run is the reser
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from heapq import heappush
 from typing import TYPE_CHECKING
@@ -112,13 +111,9 @@ class PagedPaDGRun(PaDGRun):
             x.dec = d = PagedReplicaDecode(x.tm.decode, x.tm.first_gpu)
             d.cap = x.cap
 
-    def arrive(self, r: int, t: float) -> None:
-        if self.total[r] > self.cap:
-            self.rejected.append(r)
-            self.t_first[r] = self.t_last[r] = math.inf
-            self.done(r, t)
-            return
-        super().arrive(r, t)
+    def never_fits(self, r: int) -> bool:
+        """On demand, a request that cannot fit alone at its last token (prompt + output)."""
+        return self.total[r] > self.cap
 
     def decoded(self, x: Inst, kind: int, t: float) -> None:
         """A boundary of x's decode batch: finishes, preemptions if the next step would not

@@ -120,9 +120,14 @@ class PaDGRun:
             elif kind == READY:
                 self.scaler.ready(x, b, t)  # type: ignore[union-attr]
 
+    def never_fits(self, r: int) -> bool:
+        """Whether request r is larger than an instance's KV: its reservation (prompt and
+        output, reserved at admission)."""
+        return self.need[r] > self.cap
+
     def arrive(self, r: int, t: float) -> None:
         """Request r joins a macro-instance's queue (rejected if it can never fit)."""
-        if self.need[r] > self.cap:
+        if self.never_fits(r):
             self.rejected.append(r)
             self.t_first[r] = self.t_last[r] = math.inf
             self.done(r, t)
