@@ -7,8 +7,9 @@ Simulates every aggregated row of a silicon-format CSV (default
 ../shared/calibration/e2e/silicon_llama31.csv) at 40 and at 400 requests per client, with the
 engine's fitted terms (hastune/engine_fitted.py) or none, and prints the distribution of
 |mean TTFT(400) / mean TTFT(40) − 1| and the rows over 5%. `--client recipe` (default): the
-client model a recipe's closed loop gets (clients spread over one zero-load lifetime, the
-mean from where the steady state begins: hastune.sim.warmup);
+client model a recipe's closed loop gets (clients spread over one zero-load lifetime, or over
+the loaded cycle a pilot run finds where that is longer, the mean from where the steady state
+begins: hastune.sim.warmup);
 `measured`: the one `hastune fidelity` simulates those rows with, which for some (engine, GPU)
 reproduces how their runs were measured (hastune.engine_terms.CLIENTS_TOGETHER: clients that
 start together, and so drift apart over a long run), the mean after two rounds.

@@ -21,6 +21,7 @@ from hastune.runs import RunResult
 from hastune.sim import Simulator
 from hastune.sim.common import StopRule
 from hastune.sim.instance import InstanceTiming
+from hastune.sim.warmup import loaded_ramp
 from hastune.space import SearchSpace
 from hastune.stability import Stability, stopped, unjudged
 from hastune.workload import RequestSet, sample_requests
@@ -102,7 +103,8 @@ class Evaluation:
         return engine_terms.with_frontend(reqs, self.engine_terms)
 
     def _ramped(self, reqs: RequestSet) -> RequestSet:
-        """Closed loop: the clients start spread over one zero-load request lifetime."""
+        """Closed loop: the clients start spread over one zero-load request lifetime (each run
+        lengthens it to the loaded cycle where a pilot finds that longer: _run)."""
         if not self.closed:
             return reqs
         return dataclasses.replace(reqs, ramp_s=self.lifetime_s)
@@ -172,9 +174,14 @@ class Evaluation:
                 int(math.ceil(rate * self.span_s / 4)) + 1)
         return min(n, self.probe_size(rate))
 
+    def _run(self, sim: Simulator, reqs: RequestSet, rate: float) -> RunResult:
+        """One run; in closed loop its clients start over the loaded cycle (a pilot run's:
+        hastune.sim.warmup.loaded_ramp)."""
+        return sim.run(loaded_ramp(sim, reqs, rate) if self.closed else reqs, rate)
+
     def scout(self, sim: Simulator, rate: float) -> RunResult:
         """A coarse probe: scout_size(rate) requests, judged as they are."""
-        run = sim.run(self.requests_at(rate, self.scout_size(rate)), rate)
+        run = self._run(sim, self.requests_at(rate, self.scout_size(rate)), rate)
         run.verdict = stopped(run.extra) or self.judge(run)
         return run
 
@@ -183,7 +190,7 @@ class Evaluation:
         settled, up to probe_cap(rate); the run returned carries its verdict."""
         n, cap = self.probe_size(rate), self.probe_cap(rate)
         while True:
-            run = sim.run(self.requests_at(rate, n), rate)
+            run = self._run(sim, self.requests_at(rate, n), rate)
             run.verdict = stopped(run.extra)
             if run.verdict is not None:
                 return run

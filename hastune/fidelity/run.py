@@ -15,6 +15,7 @@ from hastune.fidelity.rows import Case, model_dir
 from hastune.profile import Profile
 from hastune.recipe import Recipe
 from hastune.sim.nodg import NoDGSimulator
+from hastune.sim.warmup import loaded_ramp
 from hastune.workload import sample_requests
 
 ROUNDS = 12        # requests per client in a run (the first two rounds warm up)
@@ -77,7 +78,7 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     # from where the steady state begins, as a recipe's closed loop (hastune.sim.warmup)
     reqs = replace(reqs, ramp_s=float(ramp), steady=steady)
     sim = NoDGSimulator(prof, cluster, cfg, warmup=0.0)
-    res = sim.run(reqs, float(case.clients))
+    res = sim.run(loaded_ramp(sim, reqs, case.clients), float(case.clients))
     tt, tp = res.ttft_measured(), res.tpot_measured()
     ok = np.isfinite(tt)
     return Simulated(float(np.mean(tt[ok])) * 1e3 if ok.any() else float("inf"),
