@@ -131,7 +131,7 @@ def plan(
     from hastune.recipe import load_recipe
     from hastune.tune.runner import TuneOptions
     from hastune.tune.samplers import make_sampler
-    from hastune.tune.storage import check_out, check_storage
+    from hastune.tune.storage import check_out, check_storage, interrupted
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     check_storage(storage, out)
@@ -154,18 +154,23 @@ def plan(
             con.print(f"{step.gpus} GPUs: best {step.goodput_rps:.3f} req/s, {ok} {rate:g} "
                       f"({step.evaluations} evaluations, {step.wall_s:.1f} s)")
 
-    try:
-        res = planner.run(on_step=said)
-        files = write_outputs(res, rec, out, plots=not no_plots)
-    except storage_errors() as exc:
-        fail([f"the study's storage failed ({one_line(exc)}); finished trials are kept: fix "
-              "it and run the same command to resume"])
-    except KeyboardInterrupt:  # typer would turn it into a silent 130
+    def stopped() -> None:  # typer would turn a KeyboardInterrupt into a silent 130
         from hastune.cli.report import emit_error
 
         emit_error(EXIT_INTERRUPTED, "interrupted: finished trials are in the studies",
                    fix="run the same command again to resume")
         sys.exit(EXIT_INTERRUPTED)
+
+    try:
+        res = planner.run(on_step=said)
+        files = write_outputs(res, rec, out, plots=not no_plots)
+    except storage_errors() as exc:
+        if interrupted(exc):  # Ctrl-C inside a storage write: still an interrupt
+            stopped()
+        fail([f"the study's storage failed ({one_line(exc)}); finished trials are kept: fix "
+              "it and run the same command to resume"])
+    except KeyboardInterrupt:
+        stopped()
     d = res.as_dict()
     if as_json:
         print(dumps(d))

@@ -91,8 +91,12 @@ def run_workers(tuner, st, recipe: str, mon, live: Live | None) -> tuple[bool, l
             p.join(timeout=30)
         return True, failures
     except storage_errors() as exc:
-        from hastune.tune.storage import TuneError
+        from hastune.tune.storage import TuneError, interrupted
 
+        if interrupted(exc):  # Ctrl-C inside a storage write: an interrupt, not a failure
+            for p in procs:
+                p.join(timeout=30)
+            return True, failures
         failures.append(str(exc) if isinstance(exc, TuneError) else
                         f"the study's storage failed ({one_line(exc)}); the trials finished "
                         "before it are kept in it: fix it and run the same command to resume")

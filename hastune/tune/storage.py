@@ -244,6 +244,20 @@ def root_cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def interrupted(exc: BaseException) -> bool:
+    """Whether a storage error is a Ctrl-C: a KeyboardInterrupt while the storage was inside a
+    write comes out wrapped in the storage's own error (its cause or context chain holds it),
+    and is an interrupt to report as one (exit 130), not a storage that failed."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def storage_errors() -> tuple[type[BaseException], ...]:
     """What a storage raises when it stops accepting writes (the CLI turns these into one
     line)."""

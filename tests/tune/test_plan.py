@@ -252,3 +252,76 @@ def test_ctrl_c_exits_130_with_the_trials_kept(tmp_path):
     assert json.loads(stdout)["exit_code"] == 130 and "interrupted" in stderr
     st = optuna.load_study(study_name="audio-ultravox-8xa100-epd-g5", storage=db)
     assert any(t.user_attrs.get("evaluated") for t in st.get_trials(deepcopy=False))
+
+
+def _chain(depth: int, via_cause: list[bool], leaf: BaseException) -> BaseException:
+    exc = leaf
+    for i in range(depth):
+        outer = RuntimeError(f"layer {i}")
+        if via_cause[i % len(via_cause)]:
+            outer.__cause__ = exc
+        else:
+            outer.__context__ = exc
+        exc = outer
+    return exc
+
+
+@given(depth=st.integers(0, 6), via=st.lists(st.booleans(), min_size=1, max_size=6),
+       ctrl_c=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_a_storage_error_is_an_interrupt_when_its_chain_holds_a_ctrl_c(depth, via, ctrl_c):
+    from hastune.tune.storage import interrupted
+
+    leaf = KeyboardInterrupt() if ctrl_c else OSError("disk full")
+    assert interrupted(_chain(depth, via, leaf)) is ctrl_c
+    loop = RuntimeError("a cycle")
+    loop.__context__ = RuntimeError("back")
+    loop.__context__.__context__ = loop
+    assert interrupted(loop) is False  # a cyclic chain ends
+
+
+@pytest.mark.parametrize("ctrl_c,code", [(True, 130), (False, 1)])
+def test_ctrl_c_inside_a_storage_write_exits_130_not_1(tmp_path, monkeypatch, ctrl_c, code):
+    """Seen in CI: SIGINT landed while optuna was writing to its sqlite storage, which raised
+    its own error with the KeyboardInterrupt as the cause; the CLI said "the study's storage
+    failed (KeyboardInterrupt)" and exited 1. A storage error whose chain holds a Ctrl-C is
+    an interrupt (130); any other is still a failure (1)."""
+    import optuna
+    from typer.testing import CliRunner
+
+    import hastune.plan as plan_mod
+    from hastune.cli import _register, app
+
+    _register()
+    def run(self, on_step=None):
+        try:
+            raise KeyboardInterrupt() if ctrl_c else OSError("disk I/O error")
+        except BaseException as inner:
+            raise optuna.exceptions.StorageInternalError("commit failed") from inner
+
+    monkeypatch.setattr(plan_mod.Planner, "run", run)
+    r = CliRunner().invoke(app, ["plan", str(ROOT / "examples" / "audio-ultravox-8xa100.yaml"),
+                                 "--rate", "120", "--trials", "2", "--out", str(tmp_path / "o")])
+    assert r.exit_code == code, r.output
+
+
+@pytest.mark.parametrize("ctrl_c", [True, False])
+def test_tune_workers_report_a_ctrl_c_inside_a_storage_write_as_an_interrupt(ctrl_c):
+    """hastune tune's side of the same case (hastune.cli.tune_run.run_workers): interrupted,
+    no failure; any other storage error is a failure."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from hastune.cli.tune_run import run_workers
+
+    def prepare(st, on_trial=None):
+        try:
+            raise KeyboardInterrupt() if ctrl_c else OSError("disk I/O error")
+        except BaseException as inner:
+            raise optuna.exceptions.StorageInternalError("commit failed") from inner
+
+    tuner = SimpleNamespace(opts=SimpleNamespace(workers=1), prepare=prepare)
+    stopped, failures = run_workers(tuner, None, "r.yaml", SimpleNamespace(line=print), None)
+    assert stopped is ctrl_c
+    assert bool(failures) is not ctrl_c
