@@ -245,17 +245,48 @@ def test_two_real_runs_agree_within_the_spread(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(rec))
     cfg = ROOT / "examples" / "configs" / "reference-cpu-epd.yaml"
-    outs = []
+    outs, machine = [], []
     for _ in range(2):
+        before = _cpu_times()
         p = subprocess.run([sys.executable, "-m", "hastune", "evaluate", str(path), "--config",
                             str(cfg), "--evaluator", "real", "--json"], capture_output=True,
                            text=True, timeout=300, cwd=ROOT,
                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+        machine.append(_others_share(before, _cpu_times()))
         assert p.returncode in (0, 3), p.stderr[-2000:]
         outs.append(json.loads(p.stdout))
     for o in outs:
         low, high = o["spread_rps"]
         assert low <= o["goodput_rps"] <= high
     (la, ha), (lb, hb) = (o["spread_rps"] for o in outs)
-    assert max(la, lb) <= min(ha, hb), ([o["goodput_rps"] for o in outs],
-                                        [o["spread_rps"] for o in outs])
+    what = ([o["goodput_rps"] for o in outs], [o["spread_rps"] for o in outs], machine)
+    if max(la, lb) > min(ha, hb) and max(max(m) for m in machine) > BUSY_SHARE:
+        # not applicable: CI once saw 3.05 and 7.45 req/s (44 here) with the load average
+        # under the cores at the start, a machine whose speed changed between the runs
+        pytest.skip(f"the machine was not the same for both runs (share of its CPU taken by "
+                    f"the hypervisor or other processes, per run: {machine}); goodputs and "
+                    f"spreads {what[:2]}")
+    assert max(la, lb) <= min(ha, hb), what
+
+
+BUSY_SHARE = 0.15  # of the machine's CPU time, taken from the runs by steal or other processes
+
+
+def _cpu_times() -> tuple[float, float, float, float]:
+    """(all CPU time, steal, busy, this process's children's CPU) in seconds, now."""
+    import resource
+
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    user, nice, system, idle, iowait, irq, softirq, steal = (f + [0] * 8)[:8]
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ((user + nice + system + idle + iowait + irq + softirq + steal) / tick, steal / tick,
+            (user + nice + system + irq + softirq) / tick, ru.ru_utime + ru.ru_stime)
+
+
+def _others_share(a, b) -> tuple[float, float]:
+    """Between two `_cpu_times`: the shares of the machine's CPU time that steal took and that
+    processes other than the run's took (busy time less the run's own)."""
+    total = max(b[0] - a[0], 1e-9)
+    return (round((b[1] - a[1]) / total, 3),
+            round(max(0.0, (b[2] - a[2]) - (b[3] - a[3])) / total, 3))

@@ -86,14 +86,10 @@ def run_workers(tuner, st, recipe: str, mon, live: Live | None) -> tuple[bool, l
                     failures.append(f"worker {w} (pid {p.pid}) " + _death(p.exitcode, said.get(w)))
             if failures:  # its trial is failed; the others finished the study
                 tuner.reaper.reap(st)
-    except KeyboardInterrupt:
-        for p in procs:
-            p.join(timeout=30)
-        return True, failures
-    except storage_errors() as exc:
+    except (KeyboardInterrupt, *storage_errors()) as exc:
         from hastune.tune.storage import TuneError, interrupted
 
-        if interrupted(exc):  # Ctrl-C inside a storage write: an interrupt, not a failure
+        if interrupted(exc):  # Ctrl-C, also inside a storage write: an interrupt, not a failure
             for p in procs:
                 p.join(timeout=30)
             return True, failures

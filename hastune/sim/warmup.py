@@ -15,7 +15,13 @@ rounds are no different from the rest loses about the floor; one with a transien
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from hastune.sim import Simulator
+    from hastune.workload import RequestSet
 
 FLOOR_ROUNDS = 2   # always warm-up (the clients' first two rounds)
 
@@ -44,7 +50,7 @@ def steady_start(ttft: np.ndarray, clients: int) -> int:
 PILOT_ROUNDS = 4   # a closed loop's pilot run: rounds, the first of which is left out
 
 
-def loaded_ramp(sim, reqs, rate: float):
+def loaded_ramp(sim: Simulator, reqs: RequestSet, rate: float) -> RequestSet:
     """The request set of a closed loop whose clients start spread over the loaded cycle (a
     client's send-to-send time under this load) instead of one zero-load lifetime.
 
