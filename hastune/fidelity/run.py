@@ -1,5 +1,6 @@
 """Simulating a measured case: the recipe it stands for, the engine terms on its profile, one
-closed-loop run, its mean TTFT and TPOT after two rounds (as a benchmark measures)."""
+closed-loop run, its mean TTFT and TPOT after two rounds (as a benchmark measures; over every
+request for the runs whose clients started together, engine_terms.CLIENTS_TOGETHER)."""
 
 from __future__ import annotations
 
@@ -72,14 +73,19 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     pt = prof.for_tp(case.tp)  # clients start spread over a request's zero-load lifetime
     ramp = (pt.prefill.latency(case.isl, case.isl ** 2)
             + (case.osl - 1) * pt.decode.step(1, case.isl + case.osl / 2))
-    if (case.engine, case.gpu) in et.CLIENTS_TOGETHER:  # how those runs were measured
+    together = (case.engine, case.gpu) in et.CLIENTS_TOGETHER  # how those runs were measured:
+    if together:  # clients that start together, and a mean over every request they sent
         ramp = 0.0
-    # the measured runs' means: every request after two rounds (a benchmark's); `steady`:
-    # from where the steady state begins, as a recipe's closed loop (hastune.sim.warmup)
+    # the measured runs' means: every request after two rounds (a benchmark's; the runs of
+    # CLIENTS_TOGETHER: every request); `steady`: from where the steady state begins, as a
+    # recipe's closed loop (hastune.sim.warmup)
     reqs = replace(reqs, ramp_s=float(ramp), steady=steady)
     sim = NoDGSimulator(prof, cluster, cfg, warmup=0.0)
     res = sim.run(loaded_ramp(sim, reqs, case.clients), float(case.clients))
-    tt, tp = res.ttft_measured(), res.tpot_measured()
+    if together and not steady:  # those runs' means: every request, the first round's too
+        tt, tp = res.ttft, res.tpot[~np.isnan(res.tpot)]
+    else:
+        tt, tp = res.ttft_measured(), res.tpot_measured()
     ok = np.isfinite(tt)
     return Simulated(float(np.mean(tt[ok])) * 1e3 if ok.any() else float("inf"),
                      float(np.mean(tp[np.isfinite(tp)])) * 1e3, len(reqs),

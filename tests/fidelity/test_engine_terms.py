@@ -288,3 +288,35 @@ def test_a_serial_front_end_takes_a_request_once_its_backlog_fits_the_slack(send
     assert starts[-1] == pytest.approx(max(0.0, (n - 1) * work - slack), abs=1e-9)
     free = SerialFrontEnd(np.full(n, work))
     assert all(free.take(i, t) == t for i, t in enumerate(sends))  # no slack limit
+
+
+@given(clients=st.integers(2, 16), isl=st.sampled_from([256, 1024, 3000]),
+       osl=st.integers(8, 48), together=st.booleans())
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_runs_whose_clients_start_together_count_every_request(clients, isl, osl, together):
+    """A measured run of CLIENTS_TOGETHER (TensorRT-LLM on H200) is simulated with its clients
+    starting at once and its mean over every request they sent, the first rounds too; any
+    other run with its clients spread over a request's zero-load lifetime and its mean after
+    two rounds. Both computed here from a run of the simulator of their own."""
+    from hastune.fidelity.rows import Case
+    from hastune.fidelity.run import recipe_for, simulate
+    from hastune.workload import sample_requests
+
+    case = Case("x", "trtllm", "", "meta-llama/Llama-3.1-8B-Instruct", "h200-141gb", "bf16",
+                isl, osl, clients, 2, 1.0, 1.0, 1)
+    t = _terms(0.9, 5e-4, 1e-5, 0.0, 0.0, engine="trtllm")
+    rec = recipe_for(case, {}, ROOT / "examples")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(et, "CLIENTS_TOGETHER", {case.group} if together else set())
+        got = simulate(case, PROFILE, t, rec)
+    prof = et.apply(PROFILE, t)
+    pt = prof.for_tp(2)
+    ramp = 0.0 if together else (pt.prefill.latency(isl, isl * isl)
+                                 + (osl - 1) * pt.decode.step(1, isl + osl / 2))
+    reqs = replace(et.with_frontend(sample_requests(rec.workload, rec.workload.requests, 0), t),
+                   ramp_s=ramp, steady=False)
+    cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=2, pp=1), t)
+    res = NoDGSimulator(prof, rec.cluster, cfg, warmup=0.0).run(reqs, float(clients))
+    tt = res.ttft if together else res.ttft[2 * clients:]
+    assert res.warmup == 2 * clients and len(res.ttft) == len(reqs) >= 4 * clients
+    assert got.ttft_ms == pytest.approx(float(np.mean(tt)) * 1e3, rel=1e-9)
