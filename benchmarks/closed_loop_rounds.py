@@ -12,7 +12,9 @@ the loaded cycle a pilot run finds where that is longer, the mean from where the
 begins: hastune.sim.warmup);
 `measured`: the one `hastune fidelity` simulates those rows with, which for some (engine, GPU)
 reproduces how their runs were measured (hastune.engine_terms.CLIENTS_TOGETHER: clients that
-start together, and so drift apart over a long run), the mean after two rounds.
+start together, and so drift apart over a long run), the mean after two rounds (for those,
+not over every request as hastune fidelity counts them: that share of the first round would
+change with the run's length by construction).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def main() -> int:
     from hastune import engine_terms as et
     from hastune.evaluators import resolve_profile
     from hastune.fidelity.rows import read_cases
-    from hastune.fidelity.run import recipe_for, simulate
+    from hastune.fidelity.run import client_model, recipe_for, simulate
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("csv", nargs="?", type=Path,
@@ -40,8 +42,6 @@ def main() -> int:
     ap.add_argument("--terms", choices=("fitted", "none"), default="fitted")
     ap.add_argument("--client", choices=("recipe", "measured"), default="recipe")
     args = ap.parse_args()
-    if args.client == "recipe":
-        et.CLIENTS_TOGETHER.clear()
     cases = [c for c in read_cases(args.csv) if args.engine in (None, c.engine)]
     t0 = time.perf_counter()
     rows = []
@@ -54,7 +54,13 @@ def main() -> int:
             prof = resolve_profile(rec, quiet=True)[0]
             t = (et.terms_for(c.engine, c.gpu, prof.memory.gpu_bytes / 2**30)
                  if args.terms == "fitted" else None)
-            means.append(simulate(c, prof, t, rec, steady=args.client == "recipe").ttft_ms)
+            # a recipe's clients spread; the measured ones as hastune fidelity has them, the
+            # mean after two rounds (not over every request: the first round's share would
+            # change with the run's length by construction)
+            mode = ("spread" if args.client == "recipe" else
+                    "together-after-two" if client_model(c) == "together" else "spread")
+            means.append(simulate(c, prof, t, rec, steady=args.client == "recipe",
+                                  clients=mode).ttft_ms)
         rows.append((c, means[0], means[1], abs(means[1] / means[0] - 1)))
     d = np.array([r[3] for r in rows])
     print(f"{len(rows)} rows, terms {args.terms}, client {args.client}: "

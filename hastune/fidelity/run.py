@@ -60,10 +60,28 @@ def recipe_for(case: Case, models: dict[str, str], path: Path,
         "architecture": "nodg"})
 
 
+# How the measured runs' clients are simulated (`simulate`'s `clients`): "spread" — started
+# evenly over a request's zero-load lifetime, the mean after two rounds (a benchmark's);
+# "together" — started at once, the mean over every request, the first round's too (the runs
+# of engine_terms.CLIENTS_TOGETHER); "together-after-two" — started at once, the mean after
+# two rounds (what hastune fidelity did before; benchmarks/fidelity_client_models.py)
+CLIENT_MODELS = ("spread", "together", "together-after-two")
+
+
+def client_model(case: Case) -> str:
+    """The client model a measured case is simulated with."""
+    return "together" if (case.engine, case.gpu) in et.CLIENTS_TOGETHER else "spread"
+
+
 def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Recipe,
-             seed: int = 0, steady: bool = False) -> Simulated:
+             seed: int = 0, steady: bool = False, clients: str | None = None) -> Simulated:
     """One closed-loop run of the case's deployment (nodg, one replica of tp GPUs, the
-    engine's scheduler defaults) with `terms` on `base` (None: kernels only)."""
+    engine's scheduler defaults) with `terms` on `base` (None: kernels only), its clients as
+    `clients` (CLIENT_MODELS; None: as the case was measured, `client_model`). `steady`: the
+    mean from where the steady state begins, as a recipe's closed loop (hastune.sim.warmup)."""
+    clients = clients or client_model(case)
+    if clients not in CLIENT_MODELS:
+        raise ValueError(f"clients must be one of {CLIENT_MODELS}, not {clients!r}")
     prof = et.apply(base, terms) if terms is not None else base
     cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=case.tp, pp=1),
                              terms)
@@ -73,16 +91,12 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     pt = prof.for_tp(case.tp)  # clients start spread over a request's zero-load lifetime
     ramp = (pt.prefill.latency(case.isl, case.isl ** 2)
             + (case.osl - 1) * pt.decode.step(1, case.isl + case.osl / 2))
-    together = (case.engine, case.gpu) in et.CLIENTS_TOGETHER  # how those runs were measured:
-    if together:  # clients that start together, and a mean over every request they sent
+    if clients != "spread":  # or together
         ramp = 0.0
-    # the measured runs' means: every request after two rounds (a benchmark's; the runs of
-    # CLIENTS_TOGETHER: every request); `steady`: from where the steady state begins, as a
-    # recipe's closed loop (hastune.sim.warmup)
     reqs = replace(reqs, ramp_s=float(ramp), steady=steady)
     sim = NoDGSimulator(prof, cluster, cfg, warmup=0.0)
     res = sim.run(loaded_ramp(sim, reqs, case.clients), float(case.clients))
-    if together and not steady:  # those runs' means: every request, the first round's too
+    if clients == "together" and not steady:  # every request, the first round's too
         tt, tp = res.ttft, res.tpot[~np.isnan(res.tpot)]
     else:
         tt, tp = res.ttft_measured(), res.tpot_measured()

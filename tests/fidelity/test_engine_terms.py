@@ -291,32 +291,38 @@ def test_a_serial_front_end_takes_a_request_once_its_backlog_fits_the_slack(send
 
 
 @given(clients=st.integers(2, 16), isl=st.sampled_from([256, 1024, 3000]),
-       osl=st.integers(8, 48), together=st.booleans())
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_runs_whose_clients_start_together_count_every_request(clients, isl, osl, together):
-    """A measured run of CLIENTS_TOGETHER (TensorRT-LLM on H200) is simulated with its clients
-    starting at once and its mean over every request they sent, the first rounds too; any
-    other run with its clients spread over a request's zero-load lifetime and its mean after
-    two rounds. Both computed here from a run of the simulator of their own."""
+       osl=st.integers(8, 48), mode=st.sampled_from(["spread", "together", "together-after-two",
+                                                    None]))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
+    """A measured run is simulated with its clients spread over a request's zero-load
+    lifetime and its mean after two rounds, or started together with the mean over every
+    request they sent, the first rounds too (the runs of CLIENTS_TOGETHER, TensorRT-LLM on
+    H200: mode None picks it by the case's engine and GPU), or together with the mean after
+    two rounds. Each computed here from a run of the simulator of its own."""
     from hastune.fidelity.rows import Case
-    from hastune.fidelity.run import recipe_for, simulate
+    from hastune.fidelity.run import client_model, recipe_for, simulate
     from hastune.workload import sample_requests
 
-    case = Case("x", "trtllm", "", "meta-llama/Llama-3.1-8B-Instruct", "h200-141gb", "bf16",
+    gpu = "h200-141gb" if clients % 2 else "h100-80gb"
+    case = Case("x", "trtllm", "", "meta-llama/Llama-3.1-8B-Instruct", gpu, "bf16",
                 isl, osl, clients, 2, 1.0, 1.0, 1)
+    assert client_model(case) == ("together" if ("trtllm", gpu) in et.CLIENTS_TOGETHER
+                                  else "spread")
     t = _terms(0.9, 5e-4, 1e-5, 0.0, 0.0, engine="trtllm")
     rec = recipe_for(case, {}, ROOT / "examples")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(et, "CLIENTS_TOGETHER", {case.group} if together else set())
-        got = simulate(case, PROFILE, t, rec)
+    got = simulate(case, PROFILE, t, rec, clients=mode)
+    want = mode or client_model(case)
     prof = et.apply(PROFILE, t)
     pt = prof.for_tp(2)
-    ramp = 0.0 if together else (pt.prefill.latency(isl, isl * isl)
-                                 + (osl - 1) * pt.decode.step(1, isl + osl / 2))
+    ramp = 0.0 if want != "spread" else (pt.prefill.latency(isl, isl * isl)
+                                         + (osl - 1) * pt.decode.step(1, isl + osl / 2))
     reqs = replace(et.with_frontend(sample_requests(rec.workload, rec.workload.requests, 0), t),
                    ramp_s=ramp, steady=False)
     cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=2, pp=1), t)
     res = NoDGSimulator(prof, rec.cluster, cfg, warmup=0.0).run(reqs, float(clients))
-    tt = res.ttft if together else res.ttft[2 * clients:]
+    tt = res.ttft if want == "together" else res.ttft[2 * clients:]
     assert res.warmup == 2 * clients and len(res.ttft) == len(reqs) >= 4 * clients
     assert got.ttft_ms == pytest.approx(float(np.mean(tt)) * 1e3, rel=1e-9)
+    with pytest.raises(ValueError, match="clients must be one of"):
+        simulate(case, PROFILE, t, rec, clients="lockstep")

@@ -1,0 +1,80 @@
+"""How the measured runs' clients are simulated (issue 13): the rows of one (engine, GPU)
+under each client model of hastune.fidelity.run, with fixed terms.
+
+    python benchmarks/fidelity_client_models.py [CSV] [--engine trtllm] [--gpu h200-141gb]
+        [--rounds 12] [--rows]
+
+For every row of the group (default: TensorRT-LLM on H200, the runs of
+hastune.engine_terms.CLIENTS_TOGETHER), simulates it with the engine's fitted terms
+(hastune/engine_fitted.py) and its clients `spread` (over a request's zero-load lifetime, the
+mean after two rounds), `together` (started at once, the mean over every request) and
+`together-after-two` (started at once, the mean after two rounds), each run `--rounds`
+requests per client (a list: one run per value, `together` only past the first), and prints
+per isl × osl shape the range of simulated / measured mean TTFT and, per model, the median
+|error| and the rows within 20%. The terms are not refitted here: `hastune fidelity` does that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    from hastune import engine_terms as et
+    from hastune.evaluators import resolve_profile
+    from hastune.fidelity.rows import read_cases
+    from hastune.fidelity.run import CLIENT_MODELS, recipe_for, simulate
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("csv", nargs="?", type=Path,
+                    default=ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv")
+    ap.add_argument("--engine", default="trtllm")
+    ap.add_argument("--gpu", default="h200-141gb")
+    ap.add_argument("--rounds", default="12", help="requests per client, a comma list")
+    ap.add_argument("--rows", action="store_true", help="print every row")
+    args = ap.parse_args()
+    rounds = [int(x) for x in args.rounds.split(",")]
+    cases = [c for c in read_cases(args.csv) if (c.engine, c.gpu) == (args.engine, args.gpu)]
+    if not cases:
+        print(f"error: {args.csv}: no rows of {args.engine} on {args.gpu}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    runs = [(m, rounds[0]) for m in CLIENT_MODELS] + [("together", r) for r in rounds[1:]]
+    ratio: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
+    prof = terms = None
+    for c in cases:
+        for mode, r in runs:
+            rec = recipe_for(c, {}, args.csv, r)
+            wl = rec.workload.model_copy(update={"requests": max(c.clients * r, 2 * c.clients)})
+            rec = rec.model_copy(update={"workload": wl})
+            if prof is None:
+                prof = resolve_profile(rec, quiet=True)[0]
+                terms = et.terms_for(c.engine, c.gpu, prof.memory.gpu_bytes / 2**30)
+            sim = simulate(c, prof, terms, rec, clients=mode)
+            ratio[(mode, r)][c.line] = sim.ttft_ms / c.ttft_ms
+        if args.rows:
+            print(f"{c.shape} tp{c.tp} c{c.clients}: measured {c.ttft_ms:.0f} ms; " + ", ".join(
+                f"{m} ({r}) {ratio[(m, r)][c.line]:.2f}x" for m, r in runs), flush=True)
+    print(f"{args.engine} on {args.gpu}: {len(cases)} rows, terms {terms.fitted_on or 'prior'}"
+          f" ({time.perf_counter() - t0:.0f} s)")
+    shapes = sorted({c.shape for c in cases}, key=lambda s: tuple(map(int, s.split("x"))))
+    for mode, r in runs:
+        e = np.array([abs(x - 1) for x in ratio[(mode, r)].values()])
+        by = "; ".join(
+            f"{s} {min(v):.2f}-{max(v):.2f}x" for s in shapes
+            for v in [[ratio[(mode, r)][c.line] for c in cases if c.shape == s]])
+        print(f"  {mode:18s} {r:3d} rounds: median |error| {np.median(e):6.1%}, "
+              f"{int((e <= 0.2).sum()):2d} rows within 20%; simulated / measured TTFT: {by}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
