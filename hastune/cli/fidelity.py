@@ -40,9 +40,9 @@ def fidelity(
     """Simulate every measured run (one aggregated instance, closed-loop clients, fixed
     lengths), fit the engine terms per (engine, GPU) with folds that leave whole isl × osl
     shapes out, and print the errors of mean TTFT and TPOT: cross-validated, fitted, and with
-    the kernels alone; by engine, TP and concurrency. Exit 0 when every engine with ≥ 40 rows
-    meets the bar (cross-validated median |error| ≤ 20% TTFT, ≤ 8% TPOT, bias within ±10%),
-    4 otherwise, 2 on bad input."""
+    the kernels alone; by engine, GPU, isl × osl shape, TP and concurrency. Exit 0 when every
+    engine with ≥ 40 rows meets the bar (cross-validated median |error| ≤ 20% TTFT, ≤ 8% TPOT,
+    bias within ±10%), 4 otherwise, 2 on bad input."""
     from hastune.fidelity import score
     from hastune.fidelity.write import write_fitted
 
@@ -92,7 +92,8 @@ def _fmt(b: dict) -> str:
 
 def _print(agg: dict, ok: dict, card, rows: bool) -> None:
     con = Console(highlight=False)
-    for key, title in (("engine", "engine"), ("engine_gpu", "engine @ GPU"), ("tp", "TP"),
+    for key, title in (("engine", "engine"), ("engine_gpu", "engine @ GPU"),
+                       ("shape", "engine @ GPU, isl × osl"), ("tp", "TP"),
                        ("clients", "concurrency")):
         t = Table(title=f"by {title}: median |error| / P90 |error| / bias, %")
         for c in (title, "rows", "TTFT cv", "TPOT cv", "TTFT fit", "TPOT fit", "TTFT kernels",

@@ -150,10 +150,12 @@ def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case
 
 
 def aggregate(card: Scorecard) -> dict:
-    """Errors by engine (and all), by TP and by concurrency, for the fitted, cross-validated
-    and kernels-only simulations."""
+    """Errors by engine (and all), by engine and GPU, by engine, GPU and isl × osl shape (what
+    a cross-validation fold leaves out whole), by TP and by concurrency, for the fitted,
+    cross-validated and kernels-only simulations."""
     out: dict = {}
     keys = {"engine": lambda c: c.engine, "engine_gpu": lambda c: f"{c.engine}@{c.gpu}",
+            "shape": lambda c: f"{c.engine}@{c.gpu} {c.shape}",
             "tp": lambda c: f"tp{c.tp}", "clients": lambda c: f"c{c.clients}"}
     for name, key in keys.items():
         groups: dict[str, list[Scored]] = defaultdict(list)

@@ -131,6 +131,9 @@ def test_fidelity_command_scores_a_small_file(tmp_path):
     assert set(doc["terms"]) == {"vllm@h100-80gb"}
     b = doc["aggregate"]["engine"]["vllm"]
     assert b["rows"] == len(rows) and b["cv"]["ttft"]["n"] == len(rows)
+    shapes = doc["aggregate"]["shape"]  # by the folds' unit: each shape's rows, once
+    assert set(shapes) == {f"vllm@h100-80gb {a}x{b}" for a in (1024, 2048) for b in (64, 128)}
+    assert all(v["rows"] == 2 for v in shapes.values())
     for r in doc["per_row"]:
         assert r["cv_ttft_ms"] > 0 and r["fit_tpot_ms"] > 0
     bad = subprocess.run([sys.executable, "-m", "hastune", "fidelity",
