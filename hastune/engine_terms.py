@@ -59,8 +59,9 @@ FRONTEND_SPREAD = {"sglang": 1.0}
 # on TP 1 with 8192 output tokens, where the clients have spread apart — and the runs' means
 # count every request, the first round's too: with 8192-token prompts the first round queues
 # every client's prompt behind the others' (one per iteration of max_num_tokens), and the
-# measured TTFT follows that (TP 2, 128 clients: 4676 ms measured; simulated 4049 ms over
-# every request of 12 rounds, 1454 ms after two rounds; docs/fidelity.md).
+# measured TTFT follows that (TP 2, 128 clients: 4676 ms measured; simulated 0.84× of it
+# over every request of 12 rounds, 0.30× after two rounds: benchmarks/
+# fidelity_client_models.py, docs/fidelity.md).
 FRONTEND_QUEUED = {("trtllm", "h100-80gb")}
 # The front end's time per output token it streams (FrontEnd.per_output_token_s), by engine.
 # SGLang's tokens reach the client through one Python process per instance (the tokenizer
