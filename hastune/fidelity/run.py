@@ -91,7 +91,7 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     pt = prof.for_tp(case.tp)  # clients start spread over a request's zero-load lifetime
     ramp = (pt.prefill.latency(case.isl, case.isl ** 2)
             + (case.osl - 1) * pt.decode.step(1, case.isl + case.osl / 2))
-    if clients != "spread":  # or together
+    if clients != "spread":  # the clients start together
         ramp = 0.0
     reqs = replace(reqs, ramp_s=float(ramp), steady=steady)
     sim = NoDGSimulator(prof, cluster, cfg, warmup=0.0)
