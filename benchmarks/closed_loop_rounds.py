@@ -57,8 +57,8 @@ def main() -> int:
             # a recipe's clients spread; the measured ones as hastune fidelity has them, the
             # mean after two rounds (not over every request: the first round's share would
             # change with the run's length by construction)
-            mode = ("spread" if args.client == "recipe" else
-                    "together-after-two" if client_model(c) == "together" else "spread")
+            mode = ("together-after-two" if args.client == "measured"
+                    and client_model(c) == "together" else "spread")
             means.append(simulate(c, prof, t, rec, steady=args.client == "recipe",
                                   clients=mode).ttft_ms)
         rows.append((c, means[0], means[1], abs(means[1] / means[0] - 1)))

@@ -49,14 +49,16 @@ def main() -> int:
     t0 = time.perf_counter()
     runs = [(m, rounds[0]) for m in CLIENT_MODELS] + [("together", r) for r in rounds[1:]]
     ratio: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
-    prof = terms = None
+    profiles: dict = {}  # by model and precision, as hastune fidelity builds them
+    terms = None
     for c in cases:
         for mode, r in runs:
             rec = recipe_for(c, {}, args.csv, r)
-            wl = rec.workload.model_copy(update={"requests": max(c.clients * r, 2 * c.clients)})
-            rec = rec.model_copy(update={"workload": wl})
-            if prof is None:
-                prof = resolve_profile(rec, quiet=True)[0]
+            key = (rec.model, c.weights)
+            if key not in profiles:
+                profiles[key] = resolve_profile(rec, quiet=True)[0]
+            prof = profiles[key]
+            if terms is None:  # one (engine, GPU): one set of terms
                 terms = et.terms_for(c.engine, c.gpu, prof.memory.gpu_bytes / 2**30)
             sim = simulate(c, prof, terms, rec, clients=mode)
             ratio[(mode, r)][c.line] = sim.ttft_ms / c.ttft_ms
