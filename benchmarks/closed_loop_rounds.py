@@ -9,7 +9,8 @@ engine's fitted terms (hastune/engine_fitted.py) or none, and prints the distrib
 |mean TTFT(400) / mean TTFT(40) − 1| and the rows over 5%. `--client recipe` (default): the
 client model a recipe's closed loop gets (clients spread over one zero-load lifetime, or over
 the loaded cycle a pilot run finds where that is longer, the mean from where the steady state
-begins: hastune.sim.warmup);
+begins, the run doubled until that mean is known: hastune.sim.warmup.steady_run — the
+figures also say how many more rounds the 40-round runs took);
 `measured`: the one `hastune fidelity` simulates those rows with, which for some (engine, GPU)
 reproduces how their runs were measured (hastune.engine_terms.CLIENTS_TOGETHER: clients that
 start together, and so drift apart over a long run), the mean after two rounds (for those,
@@ -44,7 +45,7 @@ def main() -> int:
     args = ap.parse_args()
     cases = [c for c in read_cases(args.csv) if args.engine in (None, c.engine)]
     t0 = time.perf_counter()
-    rows = []
+    rows, ran = [], []  # ran: rounds run / rounds asked, of the 40-round runs
     for c in cases:
         means = []
         for rounds in (40, 400):
@@ -59,14 +60,20 @@ def main() -> int:
             # change with the run's length by construction)
             mode = ("together-after-two" if args.client == "measured"
                     and client_model(c) == "together" else "spread")
-            means.append(simulate(c, prof, t, rec, steady=args.client == "recipe",
-                                  clients=mode).ttft_ms)
+            s = simulate(c, prof, t, rec, steady=args.client == "recipe", clients=mode)
+            means.append(s.ttft_ms)
+            if rounds == 40:
+                ran.append(s.requests / c.clients / rounds)
         rows.append((c, means[0], means[1], abs(means[1] / means[0] - 1)))
     d = np.array([r[3] for r in rows])
     print(f"{len(rows)} rows, terms {args.terms}, client {args.client}: "
           f"|TTFT(400)/TTFT(40) - 1| median "
           f"{np.median(d):.2%}, P90 {np.percentile(d, 90):.2%}, max {d.max():.2%}; "
           f"{int((d > 0.05).sum())} over 5% ({time.perf_counter() - t0:.0f} s)")
+    x = np.array(ran)
+    print(f"  the 40-round runs ran {x.mean():.2f}x the rounds asked on average (steady_run "
+          f"doubles an unsettled run): {int((x > 1).sum())} of {len(x)} longer, at most "
+          f"{x.max():.0f}x")
     for eng in sorted({r[0].engine for r in rows}):
         e = np.array([r[3] for r in rows if r[0].engine == eng])
         print(f"  {eng}: {len(e)} rows, {int((e > 0.05).sum())} over 5%, max {e.max():.2%}")

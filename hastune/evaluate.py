@@ -21,7 +21,7 @@ from hastune.runs import RunResult
 from hastune.sim import Simulator
 from hastune.sim.common import StopRule
 from hastune.sim.instance import InstanceTiming
-from hastune.sim.warmup import loaded_ramp
+from hastune.sim.warmup import steady_run
 from hastune.space import SearchSpace
 from hastune.stability import Stability, stopped, unjudged
 from hastune.workload import RequestSet, sample_requests
@@ -176,8 +176,12 @@ class Evaluation:
 
     def _run(self, sim: Simulator, reqs: RequestSet, rate: float) -> RunResult:
         """One run; in closed loop its clients start over the loaded cycle (a pilot run's:
-        hastune.sim.warmup.loaded_ramp)."""
-        return sim.run(loaded_ramp(sim, reqs, rate) if self.closed else reqs, rate)
+        hastune.sim.warmup.loaded_ramp) and it runs until its steady mean is known (doubled
+        up to warmup.EXTEND times, within evaluator.max_requests: warmup.steady_run)."""
+        if not self.closed:
+            return sim.run(reqs, rate)
+        most = max(self.recipe.evaluator.max_requests, len(reqs))
+        return steady_run(sim, lambda m: self.requests_at(rate, m), len(reqs), rate, most)
 
     def scout(self, sim: Simulator, rate: float) -> RunResult:
         """A coarse probe: scout_size(rate) requests, judged as they are."""

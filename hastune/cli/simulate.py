@@ -69,6 +69,10 @@ def simulate(
     con.print(f"SLO attainment {s['attainment']:.1%}; P{rec.slo.percentile:g} {verdict} the SLOs; "
               f"{s['completed']} completed, {s['rejected']} rejected; "
               f"simulated {s['requests']} requests in {run.wall_s:.3f} s")
+    if s.get("rounds", 0) > s.get("rounds_asked", float("inf")):
+        con.print(f"closed loop: run to {s['rounds']:g} rounds per client, not the "
+                  f"{s['rounds_asked']:g} asked for: its steady mean TTFT was not yet known "
+                  "(a drift, or a standard error over 1.5%; hastune.sim.warmup.steady_run)")
     if run.verdict is not None and not run.verdict.judged:
         con.print(f"steady state: not judged ({run.verdict.reason})")
     elif run.verdict is not None:

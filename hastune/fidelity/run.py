@@ -16,7 +16,7 @@ from hastune.fidelity.rows import Case, model_dir
 from hastune.profile import Profile
 from hastune.recipe import Recipe
 from hastune.sim.nodg import NoDGSimulator
-from hastune.sim.warmup import loaded_ramp
+from hastune.sim.warmup import steady_run
 from hastune.workload import sample_requests
 
 ROUNDS = 12        # requests per client in a run (the first two rounds warm up)
@@ -86,21 +86,24 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=case.tp, pp=1),
                              terms)
     cluster: Cluster = recipe.cluster
-    reqs = sample_requests(recipe.workload, recipe.workload.requests, seed)
-    reqs = et.with_frontend(reqs, terms)
     pt = prof.for_tp(case.tp)  # clients start spread over a request's zero-load lifetime
     ramp = (pt.prefill.latency(case.isl, case.isl ** 2)
             + (case.osl - 1) * pt.decode.step(1, case.isl + case.osl / 2))
     if clients != "spread":  # the clients start together
         ramp = 0.0
-    reqs = replace(reqs, ramp_s=float(ramp), steady=steady)
+
+    def make(n: int):
+        reqs = et.with_frontend(sample_requests(recipe.workload, n, seed), terms)
+        return replace(reqs, ramp_s=float(ramp), steady=steady)
+
     sim = NoDGSimulator(prof, cluster, cfg, warmup=0.0)
-    res = sim.run(loaded_ramp(sim, reqs, case.clients), float(case.clients))
+    # steady: as a recipe's closed loop, run until its steady mean is known (steady_run)
+    res = steady_run(sim, make, recipe.workload.requests, float(case.clients))
     if clients == "together" and not steady:  # every request, the first round's too
         tt, tp = res.ttft, res.tpot[~np.isnan(res.tpot)]
     else:
         tt, tp = res.ttft_measured(), res.tpot_measured()
     ok = np.isfinite(tt)
     return Simulated(float(np.mean(tt[ok])) * 1e3 if ok.any() else float("inf"),
-                     float(np.mean(tp[np.isfinite(tp)])) * 1e3, len(reqs),
+                     float(np.mean(tp[np.isfinite(tp)])) * 1e3, len(res.ttft),
                      float(res.extra.get("throughput_rps", float("nan"))))

@@ -15,6 +15,7 @@ rounds are no different from the rest loses about the floor; one with a transien
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,8 +43,11 @@ def steady_start(ttft: np.ndarray, clients: int) -> int:
     s2 = np.cumsum((y * y)[::-1])[::-1]
     d = np.arange(FLOOR_ROUNDS, k // 2 + 1)
     m = k - d
-    sse = np.maximum(s2[d] - s1[d] ** 2 / m, 0.0)
-    best = int(d[np.argmin(sse / (m * m))])
+    score = np.maximum(s2[d] - s1[d] ** 2 / m, 0.0) / (m * m)
+    # the earliest of the cuts that tie, up to rounding (a flat tail: any cut in it scores 0
+    # but for the sums' rounding, which would otherwise pick one at random)
+    tol = 1e-12 * float(np.mean(y)) ** 2
+    best = int(d[np.flatnonzero(score <= score.min() + tol)[0]])
     return max(floor, best * c)
 
 
@@ -82,3 +86,60 @@ def loaded_ramp(sim: Simulator, reqs: RequestSet, rate: float) -> RequestSet:
         return reqs
     cycle = float(life.mean()) + float(reqs.think_s)
     return replace(reqs, ramp_s=cycle) if cycle > reqs.ramp_s else reqs
+
+
+# How long a closed loop runs (issue 13: a closed-loop mean must not depend on the run's
+# length). MSER cuts the warm-up, but a run can be too short to have one to cut: a transient
+# longer than half of it, or a slow drift, or swings between clumped and spread states that a
+# few dozen rounds sample once (benchmarks/closed_loop_rounds.py: 26 of the 400 rows of
+# silicon_llama31.csv moved by more than 5% between 40 and 400 rounds per client). So a run
+# whose steady mean is not yet known is doubled, as an open-loop probe whose verdict is not
+# settled is, up to EXTEND times its requests.
+PRECISION = 0.015  # the relative standard error of the steady mean TTFT a run is taken at
+DRIFT = 0.02       # the most the means of the steady part's two halves may differ
+BATCHES = 8        # batch means for the standard error (non-overlapping, of whole rounds)
+EXTEND = 16        # a closed loop runs at most this many times the requests it was given
+
+
+def settled(run, clients: float) -> bool:
+    """Whether a closed-loop run's steady mean TTFT is known: not if its warm-up cut (MSER)
+    took half the run (the transient may go on past it), if the two halves of what follows
+    differ by more than DRIFT, or if the standard error of its mean over BATCHES batch means
+    of whole rounds is over PRECISION. A run with a rejected or unfinished request, stopped
+    early, or too short to batch, is taken as it is."""
+    c = max(1, int(round(clients)))
+    k = len(run.ttft) // c
+    if "stopped_early_s" in run.extra or k < 2 * FLOOR_ROUNDS + 2:
+        return True
+    if not np.isfinite(run.ttft[:k * c]).all():
+        return True
+    if run.warmup // c >= k // 2 - 1:  # MSER's cut at its bound
+        return False
+    y = run.ttft[run.warmup - run.warmup % c:k * c].reshape(-1, c).mean(axis=1)
+    if len(y) < BATCHES:
+        return True
+    h = len(y) // 2
+    if abs(y[h:].mean() / y[:h].mean() - 1.0) > DRIFT:
+        return False
+    m = len(y) // BATCHES
+    b = y[:m * BATCHES].reshape(BATCHES, m).mean(axis=1)
+    return float(b.std(ddof=1)) / np.sqrt(BATCHES) <= PRECISION * float(b.mean())
+
+
+def steady_run(sim: Simulator, make: Callable[[int], RequestSet], n: int, rate: float,
+               most: int | None = None):
+    """A closed loop of `rate` clients run until its steady mean is known (`settled`): `n`
+    requests (`make(n)`), doubled while not settled, up to EXTEND × n (or `most`); each run's
+    clients start over the loaded cycle (loaded_ramp). The result's extra["rounds"] and
+    ["rounds_asked"] say how many rounds per client were run, and were asked for. A run
+    without the steady-state rule (RequestSet.steady False: a benchmark's mean) is run once,
+    as given."""
+    cap = EXTEND * n if most is None else max(n, min(EXTEND * n, most))
+    c, asked = max(1.0, round(rate)), n
+    while True:
+        reqs = make(n)
+        run = sim.run(loaded_ramp(sim, reqs, rate), rate)
+        if not reqs.steady or reqs.think_s is None or n >= cap or settled(run, rate):
+            run.extra["rounds"], run.extra["rounds_asked"] = len(reqs) / c, asked / c
+            return run
+        n = min(2 * n, cap)
