@@ -180,8 +180,8 @@ class Evaluation:
         up to warmup.EXTEND times, within evaluator.max_requests: warmup.steady_run)."""
         if not self.closed:
             return sim.run(reqs, rate)
-        most = max(self.recipe.evaluator.max_requests, len(reqs))
-        return steady_run(sim, lambda m: self.requests_at(rate, m), len(reqs), rate, most)
+        return steady_run(sim, lambda m: self.requests_at(rate, m), len(reqs), rate,
+                          self.recipe.evaluator.max_requests)
 
     def scout(self, sim: Simulator, rate: float) -> RunResult:
         """A coarse probe: scout_size(rate) requests, judged as they are."""

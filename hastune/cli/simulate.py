@@ -12,6 +12,7 @@ from hastune.cli import app
 from hastune.cli.common import dumps, fmt_s, load_inputs
 from hastune.errors import EXIT_NO_CONFIG
 from hastune.evaluate import check_rate, check_requests, check_seed
+from hastune.sim import warmup
 
 
 @app.command()
@@ -72,7 +73,8 @@ def simulate(
     if s.get("rounds", 0) > s.get("rounds_asked", float("inf")):
         con.print(f"closed loop: run to {s['rounds']:g} rounds per client, not the "
                   f"{s['rounds_asked']:g} asked for: its steady mean TTFT was not yet known "
-                  "(a drift, or a standard error over 1.5%; hastune.sim.warmup.steady_run)")
+                  f"(warm-up cut at half the run, halves {warmup.DRIFT:.0%} apart, or a "
+                  f"standard error over {warmup.PRECISION:.1%}: hastune.sim.warmup.settled)")
     if run.verdict is not None and not run.verdict.judged:
         con.print(f"steady state: not judged ({run.verdict.reason})")
     elif run.verdict is not None:
