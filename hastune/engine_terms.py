@@ -12,7 +12,10 @@ the batches. `EngineTerms` holds, per engine and GPU:
   sampler's fixed part) and per sequence in the batch (`per_seq_s`: sampling, detokenisation,
   output processing), added to every iteration the simulator times;
 - `kernel_scale`: the in-engine time of the kernels against the tables' isolated timings
-  (one factor for the whole forward pass);
+  (one factor for the whole forward pass), and `prefill_scale` on top of it for the prompt
+  tokens' share of an iteration (the context-phase kernels — attention over the prompt,
+  GEMMs of thousands of rows — are timed apart from the decode ones in the tables, and
+  the engine's version can differ from the tables' in either);
 - the front end (`FrontEnd`): per request before the engine sees it and back to the client
   (HTTP, tokenisation, the first token's delivery), served FIFO by one process per instance —
   it adds to the TTFT a client measures, and it spreads requests sent together, which keeps
@@ -26,7 +29,7 @@ The encoder's latencies are left as measured (an encoder batch is one forward pa
 engine iteration). Profiles measured on a device (`hastune profile`, the bundled engine) already
 hold the engine's own costs: no terms apply to them.
 
-The fitted values live in hastune.engine_fitted (written by `hastune fidelity --fit`, fitted
+The fitted values live in hastune.engine_fitted (written by `hastune fidelity --write`, fitted
 only on ../shared/calibration/e2e/silicon_llama31.csv); docs/fidelity.md has the scorecard.
 """
 
@@ -147,6 +150,7 @@ class EngineTerms:
     kernel_scale: float = 1.0
     frontend: FrontEnd = FrontEnd()
     fitted_on: str = ""        # what the terms were fitted on (rows, CV), for the record
+    prefill_scale: float = 1.0  # the prompt tokens' kernels: this × kernel_scale × the tables'
 
 
 def scheduler_defaults(engine: str, gpu_memory_gib: float, gpu: str = "") -> Scheduler:
@@ -200,15 +204,15 @@ def terms_for(engine: str, gpu: str, gpu_memory_gib: float) -> EngineTerms:
                   per_made_token_s=FRONTEND_TOKEN_S.get(engine, (0.0, 0.0))[1])
     return EngineTerms(engine, gpu if (engine, gpu) in FITTED else None, sched,
                        row["iteration_s"], row["per_seq_s"], row["kernel_scale"], fe,
-                       row.get("fitted_on", ""))
+                       row.get("fitted_on", ""), row.get("prefill_scale", 1.0))
 
 
 def _section(v: TPVariant | Profile, t: EngineTerms):
-    k = t.kernel_scale
+    k, kp = t.kernel_scale, t.kernel_scale * t.prefill_scale
     pre, dec = v.prefill, v.decode
     pre2 = pre.model_copy(update={
-        "fixed_s": pre.fixed_s * k + t.iteration_s, "per_token_s": pre.per_token_s * k,
-        "per_token_sq_s": pre.per_token_sq_s * k,
+        "fixed_s": pre.fixed_s * kp + t.iteration_s, "per_token_s": pre.per_token_s * kp,
+        "per_token_sq_s": pre.per_token_sq_s * kp,
         "max_batch_tokens": t.scheduler.prefill_tokens})
     dec2 = dec.model_copy(update={
         "fixed_s": dec.fixed_s * k + t.iteration_s,

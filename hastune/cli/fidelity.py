@@ -36,6 +36,9 @@ def fidelity(
     write: bool = typer.Option(False, "--write", help="write the fitted terms to "
                                "hastune/engine_fitted.py (what the simulator uses)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+    prefill_scale: bool = typer.Option(False, "--prefill-scale", help="fit a sixth term, "
+                                       "the prompt tokens' kernel time on top of the kernel "
+                                       "scale (held at 1 otherwise; docs/fidelity.md)"),
 ) -> None:
     """Simulate every measured run (one aggregated instance, closed-loop clients, fixed
     lengths), fit the engine terms per (engine, GPU) with folds that leave whole isl × osl
@@ -56,7 +59,8 @@ def fidelity(
         def progress(what: str, done: int, total: int) -> None:
             bar.update(task, description=what, completed=done, total=total)
 
-        card = score.run(measurements, _models(model), only=only, progress=progress)
+        card = score.run(measurements, _models(model), only=only, progress=progress,
+                         prefill=prefill_scale)
     agg = score.aggregate(card)
     ok = score.passes(agg)
     code = 0 if ok and all(ok.values()) else EXIT_GATE
@@ -104,8 +108,9 @@ def _print(agg: dict, ok: dict, card, rows: bool) -> None:
                                            for m in ("ttft", "tpot")))
         con.print(t)
     for (e, g), th in card.terms.items():
-        k, it, seq, fe, st = th
-        con.print(f"{e}@{g}: kernel_scale {k:.3f}, iteration {it * 1e3:.2f} ms, per sequence "
+        k, it, seq, fe, st, pk = th
+        con.print(f"{e}@{g}: kernel_scale {k:.3f} (prompts × {pk:.3f}), iteration "
+                  f"{it * 1e3:.2f} ms, per sequence "
                   f"{seq * 1e6:.1f} µs, front end {fe * 1e3:.1f} ms + {st * 1e3:.2f} ms per "
                   "request in flight")
     if rows:

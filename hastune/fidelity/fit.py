@@ -6,7 +6,10 @@ So four simulations per case give its linear form around a point (finite differe
 kernel scale and the two iteration terms), and its TTFT's the same way, plus the front end's
 parts, which add to it exactly: request_s, and per_stream_s per request in flight when it
 came — except where the front end's wait varies (SGLang's, FrontEnd.spread): then it delays
-the engine's arrivals and moves the schedule, and a fifth simulation gives its column. The
+the engine's arrivals and moves the schedule, and a fifth simulation gives its column.
+`prefill_scale`, the prompt tokens' kernels' time on top of the kernel scale, is held at 1
+unless asked for (`hastune fidelity --prefill-scale`: one simulation more per form; not
+in the shipped terms, docs/fidelity.md says why). The
 fit (`fit`) is a bounded least squares on the log errors of TTFT and TPOT with a soft-L1
 loss, a TTFT case's loss weighted by the ratio of the bars squared ((8/20)²): a case
 the model cannot follow, e.g. an engine out of KV cache, is not allowed to pull the rest.
@@ -35,9 +38,10 @@ from hastune.engine_terms import (
     Scheduler,
 )
 
-NAMES = ("kernel_scale", "iteration_s", "per_seq_s", "frontend_s", "frontend_per_stream_s")
-LOWER = np.array([0.5, 0.0, 0.0, 0.0, 0.0])
-UPPER = np.array([3.0, 0.05, 1e-3, 0.5, 0.05])
+NAMES = ("kernel_scale", "iteration_s", "per_seq_s", "frontend_s", "frontend_per_stream_s",
+         "prefill_scale")
+LOWER = np.array([0.5, 0.0, 0.0, 0.0, 0.0, 0.5])
+UPPER = np.array([3.0, 0.05, 1e-3, 0.5, 0.05, 2.0])
 STEP_IT, STEP_SEQ, STEP_STREAM = 2e-3, 2e-5, 5e-4  # finite-difference steps (seconds)
 HUBER = 0.15                     # relative error beyond which a case's weight falls off
 # a TTFT case's loss weighs a TPOT case's × this squared: the bars are 20% and 8% (issue 13),
@@ -45,19 +49,19 @@ HUBER = 0.15                     # relative error beyond which a case's weight f
 TTFT_WEIGHT = 8.0 / 20.0
 
 
-PRIOR = np.array([1.0, 0.0, 0.0, 0.0, 0.0])  # the kernels alone
+PRIOR = np.array([1.0, 0.0, 0.0, 0.0, 0.0, 1.0])  # the kernels alone
 
 
 @dataclass
 class Form:
-    """One case's TTFT and TPOT (ms) as linear functions of the five terms around the point
+    """One case's TTFT and TPOT (ms) as linear functions of the six terms around the point
     `at` they were measured at: y(θ) = y0 + A·(θ − at)."""
 
-    ttft: np.ndarray   # ∂TTFT/∂θ, ms per unit of (k, it, seq, fe, stream)
+    ttft: np.ndarray   # ∂TTFT/∂θ, ms per unit of (k, it, seq, fe, stream, prefill)
     tpot: np.ndarray
     ttft0: float = 0.0
     tpot0: float = 0.0
-    at: np.ndarray = field(default_factory=lambda: np.zeros(5))
+    at: np.ndarray = field(default_factory=lambda: np.zeros(6))
 
     def predict(self, theta: np.ndarray) -> tuple[float, float]:
         d = np.asarray(theta) - self.at
@@ -71,19 +75,20 @@ class Form:
 
 def terms(engine: str, gpu: str | None, sched: Scheduler, theta, fitted_on: str = ""
           ) -> EngineTerms:
-    k, it, seq, fe, st = (float(x) for x in theta)
+    k, it, seq, fe, st, pk = (float(x) for x in theta)
     fr = FrontEnd(fe, 0.0, st, FRONTEND_SPREAD.get(engine, 0.0),
                   (engine, gpu) in FRONTEND_QUEUED, STREAM_TOKEN_S.get(engine, 0.0),
                   *FRONTEND_TOKEN_S.get(engine, (0.0, 0.0)))
-    return EngineTerms(engine, gpu, sched, it, seq, k, fr, fitted_on)
+    return EngineTerms(engine, gpu, sched, it, seq, k, fr, fitted_on, pk)
 
 
 def form(sim, sched: Scheduler, engine: str, at: np.ndarray | None = None,
-         gpu: str | None = None) -> Form:
+         gpu: str | None = None, prefill: bool = False) -> Form:
     """The linear form of one case around `at` (default the prior: the kernels alone) from
     finite differences of simulations (`sim(terms)` → (Simulated, requests in flight when one
-    came)): of the kernel scale and the two iteration terms, and of the front end's wait per
-    stream where it varies (FrontEnd.spread: in closed loop a wait before the engine sees the
+    came)): of the kernel scale and the two iteration terms, of the prompts' scale where it
+    is fitted (`prefill`; else its column is 0), and of the front end's wait per stream
+    where it varies (FrontEnd.spread: in closed loop a wait before the engine sees the
     request, which moves the schedule); the front end's fixed part adds to the TTFT exactly,
     and so does a wait that does not vary (per request in flight)."""
     at = PRIOR.copy() if at is None else np.asarray(at, dtype=float)
@@ -91,34 +96,40 @@ def form(sim, sched: Scheduler, engine: str, at: np.ndarray | None = None,
     def run(d):
         return sim(terms(engine, gpu, sched, at + d))
 
-    base, inflight = run(np.zeros(5))
+    base, inflight = run(np.zeros(6))
     spread = FRONTEND_SPREAD.get(engine, 0.0) > 0  # the wait moves the schedule
-    cols_t, cols_p = [], []
-    for i, h in ((0, 0.05), (1, STEP_IT), (2, STEP_SEQ), (4, STEP_STREAM))[:4 if spread else 3]:
-        d = np.zeros(5)
+    ttft, tpot = np.zeros(6), np.zeros(6)
+    steps = [(0, 0.05), (1, STEP_IT), (2, STEP_SEQ)]
+    steps += [(5, 0.05)] * prefill + [(4, STEP_STREAM)] * spread
+    for i, h in steps:
+        d = np.zeros(6)
         d[i] = h
         s = run(d)[0]
-        cols_t.append((s.ttft_ms - base.ttft_ms) / h)
-        cols_p.append((s.tpot_ms - base.tpot_ms) / h)
+        ttft[i] = (s.ttft_ms - base.ttft_ms) / h
+        tpot[i] = (s.tpot_ms - base.tpot_ms) / h
+    ttft[3] = 1e3  # the front end's fixed part
     if not spread:  # the mean wait adds to the TTFT, per request in flight
-        cols_t.append(1e3 * inflight)
-        cols_p.append(0.0)
-    ttft = np.array([*cols_t[:3], 1e3, cols_t[3]])
-    tpot = np.array([*cols_p[:3], 0.0, cols_p[3]])
+        ttft[4] = 1e3 * inflight
     return Form(ttft, tpot, base.ttft_ms, base.tpot_ms, at)
 
 
 def fit(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray,
-        start: np.ndarray | None = None) -> np.ndarray:
+        start: np.ndarray | None = None, prefill: bool = False) -> np.ndarray:
     """The terms minimising the log errors of TTFT and TPOT over these cases (bounded; a
     soft-L1 loss of scale HUBER, so a case the model cannot follow — an engine out of KV
-    cache, queueing for seconds — counts like any other large miss, not quadratically)."""
+    cache, queueing for seconds — counts like any other large miss, not quadratically).
+    The prompts' scale is fitted with `prefill` (the forms must have its column), else held
+    at 1."""
     rows, offs = [], []
     for f, mt, mp in zip(forms, ttft, tpot):
         at, bt, ap, bp = f.rows()
         rows += [at / mt, ap / mp]
         offs += [bt / mt, bp / mp]
     A, b = np.vstack(rows), np.array(offs)
+    free = len(NAMES) if prefill else len(NAMES) - 1
+    b = b + A[:, free:] @ PRIOR[free:]  # the terms held at the prior's value
+    A = A[:, :free]
+    lo, hi = LOWER[:free], UPPER[:free]
     w2 = np.tile([TTFT_WEIGHT ** 2, 1.0], len(forms))  # on each case's loss
     ok = np.isfinite(A).all(axis=1) & np.isfinite(b)  # a case that cannot run (no KV): out
     A, b, w2 = A[ok], b[ok], w2[ok]
@@ -139,8 +150,8 @@ def fit(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray,
         return np.vstack([w2 * 2.0 * (root - 1.0), w2 / root, -0.5 * w2 / root ** 3])
 
     # from the point the forms were taken at (where they hold), else a neutral one
-    x0 = np.array([1.0, 1e-3, 1e-5, 0.01, 1e-3]) if start is None else np.asarray(start)
-    x0 = np.clip(x0, LOWER, UPPER) * scale
-    res = least_squares(resid, x0, jac=jac, bounds=(LOWER * scale, UPPER * scale),
+    x0 = np.array([1.0, 1e-3, 1e-5, 0.01, 1e-3, 1.0]) if start is None else np.asarray(start)
+    x0 = np.clip(x0[:free], lo, hi) * scale
+    res = least_squares(resid, x0, jac=jac, bounds=(lo * scale, hi * scale),
                         loss=loss, f_scale=HUBER, x_scale="jac", max_nfev=500)
-    return res.x / scale
+    return np.concatenate([res.x / scale, PRIOR[free:]])

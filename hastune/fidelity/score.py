@@ -77,7 +77,7 @@ def _ticker(progress: Callable[[str, int, int], None] | None, total: int):
 def run(path: str | Path, models: dict[str, str] | None = None, rounds: int = ROUNDS,
         only: Callable[[Case], bool] | None = None,
         progress: Callable[[str, int, int], None] | None = None,
-        refine: int = REFINE) -> Scorecard:
+        refine: int = REFINE, prefill: bool = False) -> Scorecard:
     t0 = time.perf_counter()
     path = Path(path)
     cases = [c for c in read_cases(path) if only is None or only(c)]
@@ -88,13 +88,14 @@ def run(path: str | Path, models: dict[str, str] | None = None, rounds: int = RO
     scored = {id(r.case): r for r in card.rows}
     tick = _ticker(progress, len(cases) * (2 + 5 * (1 + refine * (FOLDS + 1))))
     for g, members in groups.items():
-        _group(card, scored, g, members, models or {}, path, rounds, refine, tick)
+        _group(card, scored, g, members, models or {}, path, rounds, refine, tick, prefill)
     card.wall_s = time.perf_counter() - t0
     return card
 
 
 def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case],
-           models: dict[str, str], path: Path, rounds: int, refine: int, tick) -> None:
+           models: dict[str, str], path: Path, rounds: int, refine: int, tick,
+           prefill: bool = False) -> None:
     """One (engine, GPU): the prior's forms, the folds' fits and checks, the fit on all."""
     from hastune.evaluators import resolve_profile
 
@@ -115,7 +116,7 @@ def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case
 
     def form(c: Case, at=None) -> F.Form:
         tick(f"{label}: linear forms")
-        return F.form(lambda t: sim_of(c, t), sched, g[0], at, g[1])
+        return F.form(lambda t: sim_of(c, t), sched, g[0], at, g[1], prefill)
 
     prior = {c.line: form(c) for c in members}
 
@@ -124,9 +125,9 @@ def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case
         of these rows again around the terms found, and a fit on those."""
         mt = np.array([c.ttft_ms for c in rows])
         mp = np.array([c.tpot_ms for c in rows])
-        th = F.fit([prior[c.line] for c in rows], mt, mp)
+        th = F.fit([prior[c.line] for c in rows], mt, mp, prefill=prefill)
         for _ in range(refine):
-            th = F.fit([form(c, th) for c in rows], mt, mp, start=th)
+            th = F.fit([form(c, th) for c in rows], mt, mp, start=th, prefill=prefill)
         return th
 
     folds = fold_shapes(members)

@@ -32,7 +32,8 @@ def write_fitted(card, source: str | Path, target: Path = TARGET) -> Path:
             best[g[0]] = g
     for g in sorted(card.terms):
         key = g
-        vals = {k: _round(float(x)) for k, x in zip(NAMES, card.terms[g])}
+        vals = {k: _round(float(x)) for k, x in zip(NAMES, card.terms[g])
+                if k != "prefill_scale" or float(x) != 1.0}  # held at 1: left out
         body = "".join(f"        {k!r}: {v!r},\n" for k, v in vals.items())
         body += f"        'fitted_on': '{counts[g]} rows of {src.name} ({g[0]} on {g[1]})',\n"
         lines.append(f"    {key!r}: {{\n{body}    }},\n")

@@ -37,17 +37,19 @@ def _reqs(n: int, isl: int, osl: int, think: float | None = 0.0, seed: int = 0) 
 
 
 @given(k=st.floats(0.5, 3.0), it=st.floats(0, 0.01), seq=st.floats(0, 1e-4),
-       n=st.integers(1, 256), ctx=st.floats(0, 1e6), tok=st.floats(1, 16384))
+       n=st.integers(1, 256), ctx=st.floats(0, 1e6), tok=st.floats(1, 16384),
+       pk=st.one_of(st.just(1.0), st.floats(0.5, 2.0)))
 @settings(max_examples=60, deadline=None)
-def test_apply_adds_the_iteration_terms_to_every_tp_degree(k, it, seq, n, ctx, tok):
-    t = _terms(k, it, seq)
+def test_apply_adds_the_iteration_terms_to_every_tp_degree(k, it, seq, n, ctx, tok, pk):
+    """Decode steps take the kernel scale, prompts the kernel scale × the prompts' scale."""
+    t = replace(_terms(k, it, seq), prefill_scale=pk)
     p2 = et.apply(PROFILE, t)
     for tp in PROFILE.tp_degrees:
         a, b = PROFILE.for_tp(tp), p2.for_tp(tp)
         assert b.decode.step(n, ctx) == pytest.approx(k * a.decode.step(n, ctx) + it + seq * n,
                                                       rel=1e-9)
         assert b.prefill.latency(tok, tok * tok) == pytest.approx(
-            k * a.prefill.latency(tok, tok * tok) + it, rel=1e-9)
+            k * pk * a.prefill.latency(tok, tok * tok) + it, rel=1e-9)
         assert b.decode.max_batch == t.scheduler.max_seqs
     assert p2.encode == PROFILE.encode  # an encoder batch is not an engine iteration
 

@@ -33,18 +33,22 @@ def _write(tmp_path: Path, rows: list[str]) -> Path:
 
 
 @st.composite
-def problems(draw, least: int = 6):
-    """Cases whose measured values are exactly a form · θ for a θ inside the bounds."""
+def problems(draw, least: int = 6, prefill: bool = False):
+    """Cases whose measured values are exactly a form · θ for a θ inside the bounds; with
+    `prefill` the prompts' scale is a term too (else held at 1, its column 0, as
+    fit.form makes it)."""
     n = draw(st.integers(least, 30))
     theta = np.array([draw(st.floats(lo, hi)) for lo, hi in
-                      ((0.6, 2.0), (0, 5e-3), (0, 1e-4), (0, 0.05), (0, 5e-3))])
+                      ((0.6, 2.0), (0, 5e-3), (0, 1e-4), (0, 0.05), (0, 5e-3))]
+                     + [draw(st.floats(0.6, 1.8)) if prefill else 1.0])
     rng = np.random.default_rng(draw(st.integers(0, 10_000)))
     forms = []
     for _ in range(n):
         c = rng.integers(1, 128)
+        pre = (rng.uniform(10, 1000), rng.uniform(0.1, 10)) if prefill else (0.0, 0.0)
         ttft = np.array([rng.uniform(20, 2000), rng.uniform(500, 3000), 1000 * c, 1e3,
-                         1e3 * (c - 1)])
-        tpot = np.array([rng.uniform(3, 80), 1000.0, 1000.0 * c, 0.0, 0.0])
+                         1e3 * (c - 1), pre[0]])
+        tpot = np.array([rng.uniform(3, 80), 1000.0, 1000.0 * c, 0.0, 0.0, pre[1]])
         forms.append(F.Form(ttft, tpot))
     mt = np.array([f.ttft @ theta for f in forms])
     mp = np.array([f.tpot @ theta for f in forms])
@@ -60,6 +64,19 @@ def test_fit_reproduces_measurements_made_by_its_own_model(p):
     pred = np.array([f.predict(th) for f in forms])
     np.testing.assert_allclose(pred[:, 0], mt, rtol=2e-3)
     np.testing.assert_allclose(pred[:, 1], mp, rtol=2e-3)
+
+
+@given(problems(least=10, prefill=True))
+@settings(max_examples=30, deadline=None)
+def test_the_prompts_scale_is_fitted_when_asked_and_held_at_one_otherwise(p):
+    """With `prefill` the sixth term is fitted and the measurements reproduced; without, it
+    stays at the prior's 1 whatever the cases say."""
+    forms, mt, mp = p
+    th = F.fit(forms, mt, mp, prefill=True)
+    pred = np.array([f.predict(th) for f in forms])
+    np.testing.assert_allclose(pred[:, 0], mt, rtol=2e-3)
+    np.testing.assert_allclose(pred[:, 1], mp, rtol=2e-3)
+    assert len(F.fit(forms, mt, mp)) == len(F.NAMES) and F.fit(forms, mt, mp)[5] == 1.0
 
 
 @given(problems(least=15), st.floats(20, 200))
@@ -136,6 +153,12 @@ def test_fidelity_command_scores_a_small_file(tmp_path):
     assert all(v["rows"] == 2 for v in shapes.values())
     for r in doc["per_row"]:
         assert r["cv_ttft_ms"] > 0 and r["fit_tpot_ms"] > 0
+    assert doc["terms"]["vllm@h100-80gb"]["prefill_scale"] == 1.0  # held unless asked for
+    fitted = subprocess.run([sys.executable, "-m", "hastune", "fidelity", str(p), "--json",
+                             "--prefill-scale"], capture_output=True, text=True, timeout=600)
+    assert fitted.returncode in (0, 4), fitted.stderr
+    pk = json.loads(fitted.stdout)["terms"]["vllm@h100-80gb"]["prefill_scale"]
+    assert pk != 1.0 and F.LOWER[5] <= pk <= F.UPPER[5]
     bad = subprocess.run([sys.executable, "-m", "hastune", "fidelity",
                           str(tmp_path / "none.csv")], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
