@@ -8,8 +8,9 @@ Simulates every aggregated row of a silicon-format CSV (default
 engine's fitted terms (hastune/engine_fitted.py) or none, and prints the distribution of
 |mean TTFT(400) / mean TTFT(40) − 1| and the rows over 5%. `--client recipe` (default): the
 client model a recipe's closed loop gets (clients spread over one zero-load lifetime, or over
-the loaded cycle a pilot run finds where that is longer, the mean from where the steady state
-begins, the run doubled until that mean is known: hastune.sim.warmup.steady_run — the
+the loaded cycle a pilot run finds where that is longer — started together where the front
+end's waits vary, SGLang's: hastune.engine_terms.starts_together — the mean from where the
+steady state begins, the run doubled until that mean is known: hastune.sim.warmup.steady_run — the
 figures also say how many more rounds the 40-round runs took);
 `measured`: the one `hastune fidelity` simulates those rows with, which for some (engine, GPU)
 reproduces how their runs were measured (hastune.engine_terms.CLIENTS_TOGETHER: clients that
@@ -34,7 +35,7 @@ def main() -> int:
     from hastune import engine_terms as et
     from hastune.evaluators import resolve_profile
     from hastune.fidelity.rows import read_cases
-    from hastune.fidelity.run import client_model, recipe_for, simulate
+    from hastune.fidelity.run import client_model, recipe_clients, recipe_for, simulate
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("csv", nargs="?", type=Path,
@@ -55,11 +56,14 @@ def main() -> int:
             prof = resolve_profile(rec, quiet=True)[0]
             t = (et.terms_for(c.engine, c.gpu, prof.memory.gpu_bytes / 2**30)
                  if args.terms == "fitted" else None)
-            # a recipe's clients spread; the measured ones as hastune fidelity has them, the
+            # a recipe's clients as its closed loop starts them (spread, or together where
+            # the front end's waits vary); the measured ones as hastune fidelity has them, the
             # mean after two rounds (not over every request: the first round's share would
             # change with the run's length by construction)
-            mode = ("together-after-two" if args.client == "measured"
-                    and client_model(c) == "together" else "spread")
+            if args.client == "measured":
+                mode = "spread" if client_model(c) == "spread" else "together-after-two"
+            else:
+                mode = recipe_clients(c.engine) if t is not None else "spread"
             s = simulate(c, prof, t, rec, steady=args.client == "recipe", clients=mode)
             means.append(s.ttft_ms)
             if rounds == 40:

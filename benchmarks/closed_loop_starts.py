@@ -7,11 +7,12 @@ Simulates every aggregated row of one engine in a silicon-format CSV (default
 ../shared/calibration/e2e/silicon_llama31.csv) as a recipe's closed loop does — the engine's
 fitted terms, the steady-state rule, the run doubled until its steady mean is known
 (hastune.sim.warmup.steady_run) — twice: with the clients spread over one request's lifetime
-(a recipe's start; the loaded cycle where longer) and started together, and prints the
-distribution of |TTFT(together) / TTFT(spread) − 1| and the rows over 5%. Identical,
-deterministic clients that start together stay in lockstep (vLLM, TensorRT-LLM: the reason
-a recipe starts them spread, docs/fidelity.md); SGLang's front-end waits vary, so its
-clients could forget how they started — where they do not, its steady state depends on it.
+(the loaded cycle where longer) and started together, and prints the distribution of
+|TTFT(together) / TTFT(spread) − 1| and the rows over 5%. Identical, deterministic clients
+that start together stay in lockstep (vLLM, TensorRT-LLM: the reason a recipe starts them
+spread, docs/fidelity.md); SGLang's front-end waits vary, so its clients could forget how
+they started — where they do not, its steady state depends on the start, and a recipe
+starts them together, as benchmark tools do (hastune.engine_terms.starts_together).
 """
 
 from __future__ import annotations

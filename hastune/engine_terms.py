@@ -268,6 +268,19 @@ def config_defaults(config, t: EngineTerms | None):
     return config.model_copy(update={"chunk_tokens": t.scheduler.chunk_tokens})
 
 
+def starts_together(reqs) -> bool:
+    """Whether a closed loop's clients start together, at t = 0, as benchmark tools start
+    them: where each request's front-end wait varies (FrontEnd.spread > 0, SGLang's), which
+    is the requests' own jitter. Identical clients without it stay in lockstep from such a
+    start, so theirs are spread over a request's lifetime instead (RequestSet.ramp_s). From
+    an even stagger SGLang's clients clump over hundreds of rounds, and its closed loop has
+    more than one steady state (benchmarks/closed_loop_starts.py); from together they settle
+    sooner (benchmarks/closed_loop_rounds.py: 8 -> 4 of its 46 rows move by more than 5%
+    between 40 and 400 rounds, docs/fidelity.md)."""
+    fe = getattr(reqs, "frontend", None)
+    return fe is not None and fe.spread > 0
+
+
 def with_frontend(reqs, t: EngineTerms | None):
     """The request set with the engine's front end (its clients' model) attached."""
     if t is None or t.frontend.off:

@@ -69,8 +69,19 @@ CLIENT_MODELS = ("spread", "together", "together-after-two")
 
 
 def client_model(case: Case) -> str:
-    """The client model a measured case is simulated with."""
-    return "together" if (case.engine, case.gpu) in et.CLIENTS_TOGETHER else "spread"
+    """The client model a measured case is simulated with: as the runs of
+    engine_terms.CLIENTS_TOGETHER were measured; else as a recipe's closed loop starts them
+    (`recipe_clients`)."""
+    if (case.engine, case.gpu) in et.CLIENTS_TOGETHER:
+        return "together"
+    return recipe_clients(case.engine)
+
+
+def recipe_clients(engine: str) -> str:
+    """How a recipe's closed loop on this engine starts its clients (engine_terms.
+    starts_together): together, counted after two rounds, where its front-end waits vary;
+    else spread."""
+    return "together-after-two" if et.FRONTEND_SPREAD.get(engine, 0.0) > 0 else "spread"
 
 
 def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Recipe,

@@ -311,6 +311,8 @@ def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
                 isl, osl, clients, 2, 1.0, 1.0, 1)
     assert client_model(case) == ("together" if ("trtllm", gpu) in et.CLIENTS_TOGETHER
                                   else "spread")
+    # SGLang's rows start as its recipes' closed loops do: together (its waits vary)
+    assert client_model(replace(case, engine="sglang")) == "together-after-two"
     t = _terms(0.9, 5e-4, 1e-5, 0.0, 0.0, engine="trtllm")
     rec = recipe_for(case, {}, ROOT / "examples")
     got = simulate(case, PROFILE, t, rec, clients=mode)
@@ -328,3 +330,37 @@ def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
     assert got.ttft_ms == pytest.approx(float(np.mean(tt)) * 1e3, rel=1e-9)
     with pytest.raises(ValueError, match="clients must be one of"):
         simulate(case, PROFILE, t, rec, clients="lockstep")
+
+
+@given(clients=st.integers(2, 24), spread=st.sampled_from([0.0, 0.5, 1.0]),
+       stream=st.sampled_from([0.0, 1e-3, 4e-3]), engine=st.sampled_from(list(et.ENGINES)))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_recipes_clients_start_together_only_where_their_waits_vary(clients, spread, stream,
+                                                                       engine):
+    """A recipe's closed loop starts its clients spread over a request's lifetime, unless
+    the front end's waits vary (the requests' own jitter): then at t = 0, as benchmark tools
+    start them. Checked on the evaluator's request set and on when the first requests reach
+    the engine."""
+    from hastune.evaluate import Evaluation
+    from hastune.recipe import Recipe
+    from hastune.sim.common import Arrivals
+
+    rec = Recipe.model_validate({
+        "name": "x", "model": "llama-30b", "cluster": {"gpu": "a100-80gb", "gpus": 2},
+        "engine": {"name": engine, "terms": True},
+        "workload": {"requests": clients * 6, "arrival": {"process": "closed", "think_s": 0.0},
+                     "prompt_tokens": {"dist": "fixed", "mean": 512, "min": 1, "max": 512},
+                     "output_tokens": {"dist": "fixed", "mean": 16, "min": 1, "max": 16}},
+        "slo": {"ttft_s": 10.0, "tpot_s": 1.0}, "architecture": "nodg"})
+    ev = Evaluation(rec, PROFILE)
+    fe = et.FrontEnd(0.0, 0.0, stream, spread)
+    reqs = replace(ev.requests, frontend=fe)
+    together = et.starts_together(reqs)
+    assert together == (spread > 0)
+    got = ev._ramped(replace(reqs, ramp_s=0.0))
+    assert got.ramp_s == (0.0 if together else pytest.approx(ev.lifetime_s))
+    first = Arrivals(got, float(clients)).times[:clients]
+    if together:  # all sent at t = 0; each reaches the engine after its own wait
+        assert min(first) >= 0.0 and len(set(first)) == (clients if stream > 0 else 1)
+    else:  # evenly over the lifetime
+        assert first[-1] > first[0] or ev.lifetime_s == 0.0
