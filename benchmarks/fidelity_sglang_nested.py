@@ -17,14 +17,16 @@ that pair and those terms. Selection rules (each fold, training rows only):
 - `median`: max(training TTFT median |error| / 20%, training TPOT median |error| / 8%).
 
 Prints, per grid point, the usual (non-nested) cross-validated figures too (a fold's held-out
-rows under that fixed pair: at (50, 15) the CLI's 17.8% / 6.9%), then the nested figures over
+rows under that fixed pair: at (50, 15) the CLI's 18.7% / 7.1%), then the nested figures over
 all rows, the pair each fold chose, and the wall time.
 
-Measured (5 × 5 grid below, 46 rows, 437-598 s on one core): nested by `loss` TTFT median
-|error| / P90 / bias 19.0 / 63.5 / +1.8 %, TPOT 5.6 / 16.1 / +3.3 % (folds chose (45, 15),
-(55, 10), (50, 15), (45, 15)); by `median` 21.3 / 64.1 / +1.8, 5.4 / 14.2 / +3.2; by `forms`
-26.8 / 69.6 / -1.2, 6.6 / 20.8 / +1.4. Non-nested at (50, 15): 17.8 / 72.6 / -4.6, 6.9 / 15.7 /
-+4.5 (the CLI's); over the grid 15.3-59.8 % TTFT, 4.3-13.1 % TPOT.
+Measured (5 × 5 grid below, 46 rows, 445 s on one core, 2026-12-03, SGLang's clients started
+together): nested by `loss` TTFT median |error| / P90 / bias 18.8 / 49.4 / +3.8 %, TPOT 4.6 /
+13.9 / +3.5 % (folds chose (40, 25), (50, 20), (55, 15), (40, 25)); by `median` 11.2 / 46.8 /
+-7.6, 5.8 / 28.4 / +2.7; by `forms` 18.3 / 68.1 / -3.9, 5.3 / 21.0 / -0.5. Non-nested at
+(50, 15): 18.7 / 50.8 / -7.5, 7.1 / 15.4 / +6.0 (the CLI's); over the grid 15.0-71.0 % TTFT, 3.5-10.1 % TPOT.
+With the clients spread (before, 437-598 s): by `loss` 19.0 / 5.6, by `median` 21.3 / 5.4,
+by `forms` 26.8 / 6.6; non-nested at (50, 15) 17.8 / 6.9, over the grid 15.3-59.8 %.
 """
 
 from __future__ import annotations
