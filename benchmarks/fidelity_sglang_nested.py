@@ -24,7 +24,8 @@ Measured (5 × 5 grid below, 46 rows, 445 s on one core, 2026-12-03, SGLang's cl
 together): nested by `loss` TTFT median |error| / P90 / bias 18.8 / 49.4 / +3.8 %, TPOT 4.6 /
 13.9 / +3.5 % (folds chose (40, 25), (50, 20), (55, 15), (40, 25)); by `median` 11.2 / 46.8 /
 -7.6, 5.8 / 28.4 / +2.7; by `forms` 18.3 / 68.1 / -3.9, 5.3 / 21.0 / -0.5. Non-nested at
-(50, 15): 18.7 / 50.8 / -7.5, 7.1 / 15.4 / +6.0 (the CLI's); over the grid 15.0-71.0 % TTFT, 3.5-10.1 % TPOT.
+(50, 15): 18.7 / 50.8 / -7.5, 7.1 / 15.4 / +6.0 (the CLI's); over the grid 15.0-71.0 % TTFT,
+3.5-10.1 % TPOT.
 With the clients spread (before, 437-598 s): by `loss` 19.0 / 5.6, by `median` 21.3 / 5.4,
 by `forms` 26.8 / 6.6; non-nested at (50, 15) 17.8 / 6.9, over the grid 15.3-59.8 %.
 """
