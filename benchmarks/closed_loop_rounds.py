@@ -50,9 +50,7 @@ def main() -> int:
     for c in cases:
         means = []
         for rounds in (40, 400):
-            rec = recipe_for(c, {}, args.csv, rounds)
-            wl = rec.workload.model_copy(update={"requests": c.clients * rounds})
-            rec = rec.model_copy(update={"workload": wl})
+            rec = recipe_for(c, {}, args.csv, rounds, exact=True)
             prof = resolve_profile(rec, quiet=True)[0]
             t = (et.terms_for(c.engine, c.gpu, prof.memory.gpu_bytes / 2**30)
                  if args.terms == "fitted" else None)
@@ -61,9 +59,9 @@ def main() -> int:
             # mean after two rounds (not over every request: the first round's share would
             # change with the run's length by construction)
             if args.client == "measured":
-                mode = "spread" if client_model(c) == "spread" else "together-after-two"
+                mode = "spread" if client_model(c, t) == "spread" else "together-after-two"
             else:
-                mode = recipe_clients(c.engine) if t is not None else "spread"
+                mode = recipe_clients(t)
             s = simulate(c, prof, t, rec, steady=args.client == "recipe", clients=mode)
             means.append(s.ttft_ms)
             if rounds == 40:

@@ -46,9 +46,7 @@ def main() -> int:
     t0 = time.perf_counter()
     rows, profiles = [], {}
     for c in cases:
-        rec = recipe_for(c, {}, args.csv, args.rounds)
-        wl = rec.workload.model_copy(update={"requests": c.clients * args.rounds})
-        rec = rec.model_copy(update={"workload": wl})
+        rec = recipe_for(c, {}, args.csv, args.rounds, exact=True)
         key = (rec.model, c.weights)
         if key not in profiles:
             profiles[key] = resolve_profile(rec, quiet=True)[0]

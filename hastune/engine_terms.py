@@ -268,8 +268,9 @@ def config_defaults(config, t: EngineTerms | None):
     return config.model_copy(update={"chunk_tokens": t.scheduler.chunk_tokens})
 
 
-def starts_together(reqs) -> bool:
-    """Whether a closed loop's clients start together, at t = 0, as benchmark tools start
+def starts_together(fe: FrontEnd | None) -> bool:
+    """Whether a closed loop whose requests carry front end `fe` (RequestSet.frontend,
+    `frontend_of`) starts its clients together, at t = 0, as benchmark tools start
     them: where each request's front-end wait varies (FrontEnd.spread > 0, SGLang's), which
     is the requests' own jitter. Identical clients without it stay in lockstep from such a
     start, so theirs are spread over a request's lifetime instead (RequestSet.ramp_s). From
@@ -277,12 +278,15 @@ def starts_together(reqs) -> bool:
     more than one steady state (benchmarks/closed_loop_starts.py); from together they settle
     sooner (benchmarks/closed_loop_rounds.py: 8 -> 4 of its 46 rows move by more than 5%
     between 40 and 400 rounds, docs/fidelity.md)."""
-    fe = getattr(reqs, "frontend", None)
     return fe is not None and fe.spread > 0
+
+
+def frontend_of(t: EngineTerms | None) -> FrontEnd | None:
+    """The front end a request set gets from the terms (`with_frontend`): None without one."""
+    return None if t is None or t.frontend.off else t.frontend
 
 
 def with_frontend(reqs, t: EngineTerms | None):
     """The request set with the engine's front end (its clients' model) attached."""
-    if t is None or t.frontend.off:
-        return reqs
-    return replace(reqs, frontend=t.frontend)
+    fe = frontend_of(t)
+    return reqs if fe is None else replace(reqs, frontend=fe)

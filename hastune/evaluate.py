@@ -106,7 +106,7 @@ class Evaluation:
         """Closed loop: the clients start spread over one zero-load request lifetime (each run
         lengthens it to the loaded cycle where a pilot finds that longer: _run) — or together
         where the requests carry their own jitter (engine_terms.starts_together)."""
-        if not self.closed or engine_terms.starts_together(reqs):
+        if not self.closed or engine_terms.starts_together(reqs.frontend):
             return reqs
         return dataclasses.replace(reqs, ramp_s=self.lifetime_s)
 

@@ -39,11 +39,14 @@ class Simulated:
 
 
 def recipe_for(case: Case, models: dict[str, str], path: Path,
-               rounds: int = ROUNDS) -> Recipe:
+               rounds: int = ROUNDS, exact: bool = False) -> Recipe:
     """The recipe a measured run stands for: its model, GPU, precision and engine, `clients`
-    closed-loop clients without think time, fixed prompt and output lengths."""
+    closed-loop clients without think time, fixed prompt and output lengths; `rounds`
+    requests per client — within MAX_REQUESTS and at least 3–4 rounds, or exactly (`exact`)."""
     n = min(MAX_REQUESTS, max(case.clients * rounds, 4 * case.clients))
     n = max(n, min(case.clients * rounds, 3 * case.clients))
+    if exact:
+        n = case.clients * rounds
     return Recipe.model_validate({
         "name": case.id[:80], "model": model_dir(case.model, models, path),
         "precision": {"weights": case.weights,
@@ -68,20 +71,21 @@ def recipe_for(case: Case, models: dict[str, str], path: Path,
 CLIENT_MODELS = ("spread", "together", "together-after-two")
 
 
-def client_model(case: Case) -> str:
-    """The client model a measured case is simulated with: as the runs of
+def client_model(case: Case, terms: et.EngineTerms | None) -> str:
+    """The client model a measured case is simulated with (under `terms`): as the runs of
     engine_terms.CLIENTS_TOGETHER were measured; else as a recipe's closed loop starts them
     (`recipe_clients`)."""
     if (case.engine, case.gpu) in et.CLIENTS_TOGETHER:
         return "together"
-    return recipe_clients(case.engine)
+    return recipe_clients(terms)
 
 
-def recipe_clients(engine: str) -> str:
-    """How a recipe's closed loop on this engine starts its clients (engine_terms.
-    starts_together): together, counted after two rounds, where its front-end waits vary;
-    else spread."""
-    return "together-after-two" if et.FRONTEND_SPREAD.get(engine, 0.0) > 0 else "spread"
+def recipe_clients(terms: et.EngineTerms | None) -> str:
+    """How a recipe's closed loop under `terms` starts its clients (engine_terms.
+    starts_together, on the front end its requests get): together, counted after two rounds,
+    where the front end's waits vary; else spread."""
+    together = et.starts_together(et.frontend_of(terms))
+    return "together-after-two" if together else "spread"
 
 
 def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Recipe,
@@ -90,7 +94,7 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     engine's scheduler defaults) with `terms` on `base` (None: kernels only), its clients as
     `clients` (CLIENT_MODELS; None: as the case was measured, `client_model`). `steady`: the
     mean from where the steady state begins, as a recipe's closed loop (hastune.sim.warmup)."""
-    clients = clients or client_model(case)
+    clients = clients or client_model(case, terms)
     if clients not in CLIENT_MODELS:
         raise ValueError(f"clients must be one of {CLIENT_MODELS}, not {clients!r}")
     prof = et.apply(base, terms) if terms is not None else base

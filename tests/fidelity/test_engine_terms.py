@@ -309,14 +309,15 @@ def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
     gpu = "h200-141gb" if clients % 2 else "h100-80gb"
     case = Case("x", "trtllm", "", "meta-llama/Llama-3.1-8B-Instruct", gpu, "bf16",
                 isl, osl, clients, 2, 1.0, 1.0, 1)
-    assert client_model(case) == ("together" if ("trtllm", gpu) in et.CLIENTS_TOGETHER
-                                  else "spread")
-    # SGLang's rows start as its recipes' closed loops do: together (its waits vary)
-    assert client_model(replace(case, engine="sglang")) == "together-after-two"
     t = _terms(0.9, 5e-4, 1e-5, 0.0, 0.0, engine="trtllm")
+    assert client_model(case, t) == ("together" if ("trtllm", gpu) in et.CLIENTS_TOGETHER
+                                     else "spread")
+    # SGLang's rows start as its recipes' closed loops do: together (its waits vary)
+    sg = F.terms("sglang", "h200-141gb", et.scheduler_defaults("sglang", 141), F.PRIOR)
+    assert client_model(replace(case, engine="sglang"), sg) == "together-after-two"
     rec = recipe_for(case, {}, ROOT / "examples")
     got = simulate(case, PROFILE, t, rec, clients=mode)
-    want = mode or client_model(case)
+    want = mode or client_model(case, t)
     prof = et.apply(PROFILE, t)
     pt = prof.for_tp(2)
     ramp = 0.0 if want != "spread" else (pt.prefill.latency(isl, isl * isl)
@@ -355,7 +356,7 @@ def test_a_recipes_clients_start_together_only_where_their_waits_vary(clients, s
     ev = Evaluation(rec, PROFILE)
     fe = et.FrontEnd(0.0, 0.0, stream, spread)
     reqs = replace(ev.requests, frontend=fe)
-    together = et.starts_together(reqs)
+    together = et.starts_together(reqs.frontend)
     assert together == (spread > 0)
     got = ev._ramped(replace(reqs, ramp_s=0.0))
     assert got.ramp_s == (0.0 if together else pytest.approx(ev.lifetime_s))

@@ -82,9 +82,7 @@ def _rounds_apart(case, monkeypatch, ramp_on: bool) -> tuple[float, float]:
         monkeypatch.setattr(warmup, "EXTEND", 1)
     means = []
     for rounds in (40, 400):
-        rec = fr.recipe_for(case, {}, CSV, rounds)
-        rec = rec.model_copy(update={"workload": rec.workload.model_copy(
-            update={"requests": case.clients * rounds})})
+        rec = fr.recipe_for(case, {}, CSV, rounds, exact=True)
         prof = resolve_profile(rec, quiet=True)[0]
         t = et.terms_for(case.engine, case.gpu, prof.memory.gpu_bytes / 2**30)
         means.append(fr.simulate(case, prof, t, rec, steady=True).ttft_ms)
