@@ -112,7 +112,8 @@ class FrontEnd:
     # the API server's serial time per output token it streams (detokenisation and one
     # server-sent event per token, in one process; STREAM_TOKEN_S): in closed loop a request
     # waits for the server while the streams it serves need more than its time
-    # (hastune.sim.frontend.SerialFrontEnd); 0: no such limit. Open loop: not modelled
+    # (hastune.sim.frontend.SerialFrontEnd), in open loop while the backlog is over a
+    # zero-load lifetime (RequestSet.life_s); one server per instance that streams; 0: none
     stream_token_s: float = 0.0
     # the front end's time per output token it streams to a client, served in order by one
     # process per instance: a token reaches its client when the process is through the tokens

@@ -105,8 +105,14 @@ class Evaluation:
     def _ramped(self, reqs: RequestSet) -> RequestSet:
         """Closed loop: the clients start spread over one zero-load request lifetime (each run
         lengthens it to the loaded cycle where a pilot finds that longer: _run) — or together
-        where the requests carry their own jitter (engine_terms.starts_together)."""
-        if not self.closed or engine_terms.starts_together(reqs.frontend):
+        where the requests carry their own jitter (engine_terms.starts_together). Open loop:
+        a serial front end's slack is that lifetime (RequestSet.life_s)."""
+        if not self.closed:
+            fe = reqs.frontend
+            if fe is not None and fe.stream_token_s > 0:
+                return dataclasses.replace(reqs, life_s=self.lifetime_s)
+            return reqs
+        if engine_terms.starts_together(reqs.frontend):
             return reqs
         return dataclasses.replace(reqs, ramp_s=self.lifetime_s)
 

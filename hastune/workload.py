@@ -46,6 +46,8 @@ class RequestSet:
     ramp_s: float = 0.0                   # closed loop: clients start evenly over ramp_s
     steady: bool = True                   # closed loop: warm-up to the steady state
     # (hastune.sim.warmup); False: the first two rounds only (a benchmark's mean, fidelity)
+    life_s: float = 0.0  # open loop: a request's zero-load lifetime, the slack a serial front
+    # end gives before it holds a request back (hastune.sim.frontend); 0: no such front end
 
     def __len__(self) -> int:
         return int(self.gaps.shape[0])
@@ -68,7 +70,7 @@ class RequestSet:
         return RequestSet(self.gaps[:n], self.modality[:n], self.encoder_tokens[:n],
                           self.llm_tokens[:n], self.prompt_tokens[:n], self.output_tokens[:n],
                           self.seed, self.schedule, self.think_s, self.frontend, self.ramp_s,
-                          self.steady)
+                          self.steady, self.life_s)
 
 
 def _rescale(u: np.ndarray, sched: RateSchedule) -> np.ndarray:

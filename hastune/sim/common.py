@@ -64,7 +64,7 @@ class Arrivals:
     __slots__ = ("closed", "clients", "think", "issued", "n", "times", "sent", "fe", "waits",
                  "queued", "serial", "steady")
 
-    def __init__(self, reqs: RequestSet, rate: float):
+    def __init__(self, reqs: RequestSet, rate: float, streams: int = 1):
         self.n = len(reqs)
         self.closed, self.steady = reqs.think_s is not None, reqs.steady
         f = reqs.frontend
@@ -72,7 +72,8 @@ class Arrivals:
         self.waits: list[float] | None = None
         self.queued: float | None = None  # FrontEnd.queued: the last completion so far
         self.sent: list[float] | None = None
-        self.serial = SerialFrontEnd.of(reqs) if self.closed else None  # .stream_token_s
+        # .stream_token_s, one server per instance that streams tokens (`streams`)
+        self.serial = SerialFrontEnd.of(reqs, streams) if self.closed else None
         if self.closed:
             if f is not None and not f.off:
                 self.fe = frontend_delays(reqs)
@@ -99,7 +100,7 @@ class Arrivals:
             self.clients = 0
             self.think = 0.0
             self.issued = self.n
-            self.times, self.sent = open_arrivals(reqs, rate)
+            self.times, self.sent = open_arrivals(reqs, rate, streams)
 
     def initial(self) -> int:
         """How many requests arrive from the pre-computed list (all, or one per client; none
@@ -208,14 +209,15 @@ class EventLoop:
     __slots__ = ("heap", "seq", "arr", "n_open", "feed", "closed", "arrived", "t", "popped",
                  "watcher", "stopped", "sent", "per_stream")
 
-    def __init__(self, reqs: RequestSet, rate: float, closed_loop: bool = True):
+    def __init__(self, reqs: RequestSet, rate: float, closed_loop: bool = True,
+                 streams: int = 1):
         self.heap: list[tuple] = []
         self.seq = count()
-        fe = reqs.frontend  # the front end's wait per request in flight; a simulator divides
-        # it by the instances that stream tokens (each has its own front end)
-        self.per_stream = fe.per_stream_s if fe is not None else 0.0
+        fe = reqs.frontend  # the front end's wait per request in flight, divided by the
+        # instances that stream tokens (`streams`: each has its own front end)
+        self.per_stream = fe.per_stream_s / max(1, streams) if fe is not None else 0.0
         if closed_loop:
-            feed = Arrivals(reqs, rate)
+            feed = Arrivals(reqs, rate, streams)
             self.feed: Arrivals | None = feed
             self.closed = feed.closed
             self.arr = feed.times
@@ -228,7 +230,7 @@ class EventLoop:
         else:
             self.feed = None
             self.closed = False
-            self.arr, self.sent = open_arrivals(reqs, rate)
+            self.arr, self.sent = open_arrivals(reqs, rate, streams)
             self.n_open = len(self.arr)
         self.arrived = 0
         self.t = 0.0

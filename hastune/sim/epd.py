@@ -139,8 +139,8 @@ class _EPDRun:
         cfg, prof, tm = sim.config, sim.profile, sim.timing
         self.sim, self.rate = sim, rate
         n = len(reqs)
-        self.loop = loop = EventLoop(reqs, rate, closed_loop=False)  # open loop only
-        loop.per_stream /= cfg.n_D  # one front end per decode instance (it streams)
+        # open loop only; one front end per decode instance (it streams)
+        self.loop = loop = EventLoop(reqs, rate, closed_loop=False, streams=cfg.n_D)
         self.heap, self.seq = loop.heap, loop.seq
         (self.pre_tok, self.enc_tok, self.out_tok, _, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs)

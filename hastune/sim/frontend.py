@@ -36,14 +36,22 @@ def stream_waits(reqs: RequestSet, spread: float) -> list[float]:
     return rng.gamma(k, 1.0 / k, len(reqs)).tolist()
 
 
-def open_arrivals(reqs: RequestSet, rate: float) -> tuple[list[float], list[float] | None]:
+def open_arrivals(reqs: RequestSet, rate: float, streams: int = 1
+                  ) -> tuple[list[float], list[float] | None]:
     """Open loop: (when the engine sees each request, when its client sent it — None without
-    a front end, where the two are the same). Requests reach the engine in the order sent."""
+    a front end, where the two are the same). Requests reach the engine in the order sent; a
+    serial front end (FrontEnd.stream_token_s, `streams` of them sharing the load) takes each
+    once what it took on before can be done within the request's zero-load lifetime
+    (RequestSet.life_s, which the evaluator sets; 0: not modelled)."""
     sent = reqs.arrivals(rate).tolist()
     fe = reqs.frontend
     if fe is None or fe.off:
         return sent, None
     seen = np.maximum.accumulate(np.asarray(sent) + np.asarray(frontend_delays(reqs)))
+    serial = SerialFrontEnd.of(reqs, streams) if reqs.life_s > 0 else None
+    if serial is not None:  # in order sent, so the times taken stay in order
+        life = float(reqs.life_s)
+        seen = np.array([serial.take(i, t, life) for i, t in enumerate(seen.tolist())])
     return seen.tolist(), sent
 
 
@@ -70,12 +78,15 @@ class SerialFrontEnd:
         self.free = 0.0
 
     @classmethod
-    def of(cls, reqs: RequestSet) -> SerialFrontEnd | None:
-        """The request set's serial front end, None without one."""
+    def of(cls, reqs: RequestSet, streams: int = 1) -> SerialFrontEnd | None:
+        """The request set's serial front end, None without one. With `streams` instances
+        that stream tokens, each with its own server and an even share of the requests, the
+        one process stands for them all at `streams` times the speed (a request's work is
+        1/streams of its streaming time)."""
         f = reqs.frontend
         if f is None or f.stream_token_s <= 0:
             return None
-        return cls(f.stream_token_s * reqs.output_tokens)
+        return cls(f.stream_token_s * reqs.output_tokens / max(1, int(streams)))
 
     def take(self, r: int, t: float, slack: float = float("inf")) -> float:
         """When it takes request r sent at t: once the work it took on before can be done

@@ -100,8 +100,8 @@ class FuDGRun:
         cfg, cluster = sim.config, sim.cluster
         self.gpus = cfg.gpus
         self.per_node = cluster.gpus_per_node
-        self.loop = loop = EventLoop(reqs, rate)
-        loop.per_stream /= cfg.decode_instances  # one front end per decode instance
+        # one front end per decode instance
+        self.loop = loop = EventLoop(reqs, rate, streams=cfg.decode_instances)
         self.heap, self.seq, self.done = loop.heap, loop.seq, loop.finished
         (self.pre_tok, _, self.out_tok, mm, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs)

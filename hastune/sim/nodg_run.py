@@ -65,8 +65,8 @@ class _Run(Planner):
     def __init__(self, sim: NoDGSimulator, reqs: RequestSet, rate: float):
         self.wall0 = time.perf_counter()
         self.sim, self.rate = sim, rate
-        self.loop = loop = EventLoop(reqs, rate)
-        loop.per_stream /= sim.config.replicas  # one front end per replica (it streams)
+        # one front end per replica (it streams)
+        self.loop = loop = EventLoop(reqs, rate, streams=sim.config.replicas)
         self.heap, self.seq = loop.heap, loop.seq
         (self.pre_tok, _, self.out_tok, mm, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs)

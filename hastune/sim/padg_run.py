@@ -59,8 +59,7 @@ class PaDGRun:
         cfg, slo = sim.config, sim.slo
         self.cfg = cfg
         self.tpot_slo = slo.tpot_s
-        self.loop = loop = EventLoop(reqs, rate)
-        loop.per_stream /= cfg.instances  # one front end per instance
+        self.loop = loop = EventLoop(reqs, rate, streams=cfg.instances)  # a front end each
         self.arr, self.heap, self.seq, self.done = loop.arr, loop.heap, loop.seq, loop.finished
         (self.pre, _, self.out_tok, mm, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs)
