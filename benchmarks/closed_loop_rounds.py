@@ -27,8 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parent.parent
+from silicon import CSV  # benchmarks/silicon.py (this folder is on the path)
 
 
 def main() -> int:
@@ -38,8 +37,7 @@ def main() -> int:
     from hastune.fidelity.run import client_model, recipe_clients, recipe_for, simulate
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("csv", nargs="?", type=Path,
-                    default=ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv")
+    ap.add_argument("csv", nargs="?", type=Path, default=CSV)
     ap.add_argument("--engine", default=None)
     ap.add_argument("--terms", choices=("fitted", "none"), default="fitted")
     ap.add_argument("--client", choices=("recipe", "measured"), default="recipe")

@@ -13,13 +13,10 @@ runs' client is queued (hastune.engine_terms.FRONTEND_QUEUED; cleared here).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
 import numpy as np
 from scipy.optimize import least_squares
+from silicon import CSV  # benchmarks/silicon.py (this folder is on the path)
 
-ROOT = Path(__file__).resolve().parent.parent
-CSV = ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv"
 
 
 def _run(case, prof, rec, theta):

@@ -39,9 +39,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from silicon import CSV  # benchmarks/silicon.py (this folder is on the path)
 
-ROOT = Path(__file__).resolve().parent.parent
-CSV = ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv"
 ENGINE = "sglang"
 RULES = ("loss", "forms", "median")
 

@@ -25,16 +25,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parent.parent
+from silicon import CSV  # benchmarks/silicon.py (this folder is on the path)
 
 
 def main() -> int:
     from hastune.fidelity.rows import read_cases
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("csv", nargs="?", type=Path,
-                    default=ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv")
+    ap.add_argument("csv", nargs="?", type=Path, default=CSV)
     ap.add_argument("--engine", default="trtllm")
     ap.add_argument("--gpu", default="h100-80gb")
     ap.add_argument("--clients", type=int, default=128)
