@@ -43,10 +43,9 @@ def recipe_for(case: Case, models: dict[str, str], path: Path,
     """The recipe a measured run stands for: its model, GPU, precision and engine, `clients`
     closed-loop clients without think time, fixed prompt and output lengths; `rounds`
     requests per client — within MAX_REQUESTS and at least 3–4 rounds, or exactly (`exact`)."""
-    n = min(MAX_REQUESTS, max(case.clients * rounds, 4 * case.clients))
-    n = max(n, min(case.clients * rounds, 3 * case.clients))
-    if exact:
-        n = case.clients * rounds
+    n = case.clients * rounds
+    if not exact:
+        n = max(min(MAX_REQUESTS, max(n, 4 * case.clients)), min(n, 3 * case.clients))
     return Recipe.model_validate({
         "name": case.id[:80], "model": model_dir(case.model, models, path),
         "precision": {"weights": case.weights,

@@ -49,10 +49,10 @@ def open_arrivals(reqs: RequestSet, rate: float, streams: int = 1
         return sent, None
     seen = np.maximum.accumulate(np.asarray(sent) + np.asarray(frontend_delays(reqs)))
     serial = SerialFrontEnd.of(reqs, streams) if reqs.life_s > 0 else None
-    if serial is not None:  # in order sent, so the times taken stay in order
-        life = float(reqs.life_s)
-        seen = np.array([serial.take(i, t, life) for i, t in enumerate(seen.tolist())])
-    return seen.tolist(), sent
+    if serial is None:
+        return seen.tolist(), sent
+    life = float(reqs.life_s)  # in the order sent, so the times taken stay in order
+    return [serial.take(i, t, life) for i, t in enumerate(seen.tolist())], sent
 
 
 def in_flight_at(sent: np.ndarray, finish: np.ndarray) -> np.ndarray:
