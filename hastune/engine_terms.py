@@ -35,7 +35,7 @@ only on ../shared/calibration/e2e/silicon_llama31.csv); docs/fidelity.md has the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from hastune.profile import Profile, TPVariant
 
@@ -291,3 +291,25 @@ def with_frontend(reqs, t: EngineTerms | None):
     """The request set with the engine's front end (its clients' model) attached."""
     fe = frontend_of(t)
     return reqs if fe is None else replace(reqs, frontend=fe)
+
+
+def record(engine, profile: Profile, t: EngineTerms | None) -> dict:
+    """What a result records about the engine terms its runs had (Evaluation.describe: the
+    `engine_terms` of evaluate / simulate / tune output): on — whose fitted terms (the GPU
+    they were fitted for, or "pooled": the engine's GPU with the most measured runs, on a GPU
+    without measurements; `fitted_on` names the rows) and their values — or off, and why."""
+    if t is None:
+        why = ("the profile was measured on a device: its measurements hold the engine's costs"
+               if not applies(profile) else
+               f"engine.terms is false (the default): kernels alone; `engine: {{name: "
+               f"{engine.name}, terms: true}}` adds the terms fitted on measured runs "
+               "(docs/fidelity.md)")
+        return {"on": False, "engine": engine.name, "why": why}
+    fe = t.frontend
+    return {"on": True, "engine": t.engine, "gpu": profile.gpu,
+            "fitted_for": t.gpu or "pooled",
+            "fitted_on": t.fitted_on, "kernel_scale": t.kernel_scale,
+            "prefill_scale": t.prefill_scale, "iteration_s": t.iteration_s,
+            "per_seq_s": t.per_seq_s, "frontend_s": fe.request_s,
+            "frontend_per_stream_s": fe.per_stream_s, "stream_token_s": fe.stream_token_s,
+            "scheduler": asdict(t.scheduler)}

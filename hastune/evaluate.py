@@ -251,7 +251,9 @@ class Evaluation:
 
     def describe(self) -> dict:
         out = {"requests_per_probe": len(self.requests), "profile": self.profile.name,
-               "probe_span_s": self.span_s}
+               "probe_span_s": self.span_s,
+               "engine_terms": engine_terms.record(self.recipe.engine, self.profile,
+                                                   self.engine_terms)}
         if self.profile_source is not None:
             out["profile_source"] = self.profile_source.as_dict()
         return out

@@ -35,3 +35,13 @@ BACKEND_OPTION = typer.Option("local", "--backend", help="with --evaluator real 
                               "ray actors (pip install 'hastune\\[ray]')")
 RAY_ADDRESS_OPTION = typer.Option(None, "--ray-address", help="with --backend ray: the "
                                   "cluster to join (e.g. HEAD:6379; default: a local one)")
+
+
+def terms_line(rec: dict) -> str:
+    """One console line on the engine terms a result's runs had (engine_terms.record)."""
+    if not rec.get("on"):
+        return f"engine terms off ({rec['engine']}): {rec['why']}"
+    whose = ("pooled, no measured runs on this GPU" if rec["fitted_for"] == "pooled"
+             else f"for {rec['fitted_for']}")
+    return (f"engine terms on: {rec['engine']}'s on {rec['gpu']} ({whose}; fitted on "
+            f"{rec['fitted_on']})")

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s
+from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s, terms_line
 from hastune.config import load_config
 from hastune.errors import EXIT_NO_CONFIG
 from hastune.evaluate import check_requests, check_seed
@@ -84,6 +85,8 @@ def evaluate(
         con.print(f"[bold]{rec.name}[/]: {cfg.architecture} on {cfg.gpus} GPUs, "
                   f"SLO TTFT {fmt_s(rec.slo.ttft_s)} / TPOT {fmt_s(rec.slo.tpot_s)} at "
                   f"P{pct:g} ({rec.slo.criterion}), {evaluator} evaluator, seed {ev.seed}")
+        if "engine_terms" in (desc := ev.describe()):
+            con.print(escape(terms_line(desc["engine_terms"])))
     res = ev.goodput(cfg, config, on_probe=show)
     wall = time.perf_counter() - t0
     out = res.as_dict()

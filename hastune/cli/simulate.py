@@ -6,10 +6,11 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import dumps, fmt_s, load_inputs
+from hastune.cli.common import dumps, fmt_s, load_inputs, terms_line
 from hastune.errors import EXIT_NO_CONFIG
 from hastune.evaluate import check_rate, check_requests, check_seed
 from hastune.sim import warmup
@@ -41,7 +42,8 @@ def simulate(
         s["stability"] = run.verdict.as_dict()
         s["passes"] = s["slo_met"] and run.verdict.stable
     s.update({"architecture": cfg.architecture, "seed": ev.seed, "wall_s": run.wall_s,
-              "percentile": rec.slo.percentile, "profile": ev.profile.name})
+              "percentile": rec.slo.percentile, "profile": ev.profile.name,
+              "engine_terms": ev.describe()["engine_terms"]})
     code = 0 if s.get("passes", s["slo_met"]) else EXIT_NO_CONFIG
     s["exit_code"] = code
     if as_json:
@@ -70,6 +72,7 @@ def simulate(
     con.print(f"SLO attainment {s['attainment']:.1%}; P{rec.slo.percentile:g} {verdict} the SLOs; "
               f"{s['completed']} completed, {s['rejected']} rejected; "
               f"simulated {s['requests']} requests in {run.wall_s:.3f} s")
+    con.print(escape(terms_line(s["engine_terms"])))
     if s.get("rounds", 0) > s.get("rounds_asked", float("inf")):
         con.print(f"closed loop: run to {s['rounds']:g} rounds per client, not the "
                   f"{s['rounds_asked']:g} asked for: its steady mean TTFT was not yet known "

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps
+from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, terms_line
 from hastune.cli.tune_run import fail, one_line, run_workers, storage_errors
 from hastune.config import parse_config
 from hastune.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CONFIG, InputError
@@ -204,8 +204,10 @@ def tune(
         measured, recheck_error = recheck_stage(tuner, st, recheck, recheck_rounds, summary,
                                                 console, enabled=not as_json)
         final = measured or final
-    if "profile_source" in (desc := tuner.ev.describe()):  # built on demand, shipped, ...
-        summary["profile_source"] = desc["profile_source"]
+    desc = tuner.ev.describe()
+    for key in ("profile_source", "engine_terms"):  # built on demand, shipped, ...; terms
+        if key in desc:
+            summary[key] = desc[key]
     code = 0 if summary["meets_slo"] else EXIT_NO_CONFIG
     if base is not None:
         prev = float(base.get("goodput_rps", 0.0))
@@ -229,6 +231,8 @@ def tune(
         console.print(f"best: [bold]{summary['goodput_rps']:.3f} req/s[/] "
                       f"({summary['goodput_per_gpu']:.3f} per GPU) with "
                       f"{_fmt_cfg(summary['best_config'])}")
+        if "engine_terms" in summary:
+            console.print(escape(terms_line(summary["engine_terms"])))
         console.print(f"{summary['evaluations']} evaluations, {summary['trials']} trials in "
                       f"{summary['wall_s']:.1f} s; wrote " + ", ".join(str(f) for f in files))
         if code == EXIT_NO_CONFIG:

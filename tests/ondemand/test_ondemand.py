@@ -152,12 +152,17 @@ def test_tune_runs_end_to_end_building_the_profile(tmp_path, monkeypatch, model,
     if image is not None:
         over["workload"] = {"requests": 200, "prompt_tokens": 32, "output_tokens": 64,
                             "mix": {"image": 1.0}, "modalities": {"image": image}}
+    terms = model == "llama-3.1-8b"  # the engine terms on for one: its summary records them
+    over["engine"] = {"name": "vllm", "terms": terms}
     monkeypatch.setenv("HASTUNE_CACHE", str(tmp_path / "cache"))   # a fresh cache
     r, s = _tune(write_recipe(tmp_path, MODELS / model, **over), tmp_path / "out")
     assert "hastune: built profile" in r.stderr and str(tmp_path / "cache") in r.stderr
     src = s["profile_source"]
     assert src["kind"] == "built" and Path(src["path"]).is_file()
     assert src["kernels"].startswith("aiconfigurator-core")
+    assert s["engine_terms"]["on"] == terms
+    if terms:  # vLLM's own H100 terms
+        assert s["engine_terms"]["fitted_for"] == gpu
     assert s["evaluations"] >= 1 and s["best_config"]["architecture"] == arch
     assert s["goodput_rps"] > 0
     again = _cli("validate", str(tmp_path / "recipe.yaml"))   # the same profile, cached
