@@ -258,6 +258,15 @@ class Evaluation:
             out["profile_source"] = self.profile_source.as_dict()
         return out
 
+    def caveats(self, config: Config, rate_rps: float) -> list[str]:
+        """What a result of `config` at `rate_rps` does not model (hastune.caveats); none on a
+        profile measured on a device, which holds the engine it was measured on."""
+        if not engine_terms.applies(self.profile):
+            return []
+        from hastune.caveats import caveats
+
+        return caveats(self.recipe.engine.name, self.engine_terms is not None, config, rate_rps)
+
     def close(self) -> None:
         pass  # a simulator holds nothing
 

@@ -202,6 +202,11 @@ class Architecture:
                                  f"the model's weights leave no room for KV cache at "
                                  f"tp = {sh.tp}, pp = {sh.pp}", "raise tp or pp")
 
+    def streams(self, cfg: Any) -> int:
+        """The instances that stream output tokens to clients, an API server each (what its
+        simulator gives EventLoop as `streams`; tests/sim/test_serial_frontend.py)."""
+        raise NotImplementedError
+
     def decode_units(self, cfg: Any) -> float:
         """How many whole decode instances the config has (a replica that also prefills counts
         about half): scales the goodput search's first guess."""

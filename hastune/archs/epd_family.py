@@ -102,6 +102,9 @@ class EncodePrefillDecode(Architecture):
                              "use poisson or gamma arrivals, or an architecture of full-model "
                              "replicas")
 
+    def streams(self, cfg: Any) -> int:
+        return int(cfg.n_D)
+
     def decode_units(self, cfg: Any) -> float:
         return float(cfg.n_D)
 

@@ -64,6 +64,9 @@ class FuDG(Architecture):
         return [Shape("prefill_", cfg.prefill_tp, cfg.prefill_pp, ep=cfg.prefill_ep),
                 Shape("decode_", cfg.decode_tp, cfg.decode_pp, encoder=False, ep=cfg.decode_ep)]
 
+    def streams(self, cfg: Any) -> int:
+        return int(cfg.decode_instances)
+
     def decode_units(self, cfg: Any) -> float:
         return float(cfg.decode_instances)
 

@@ -20,6 +20,9 @@ class Colocated(Architecture):
     def units(self, cfg: Any) -> int:
         return int(getattr(cfg, self.count_field))
 
+    def streams(self, cfg: Any) -> int:
+        return self.units(cfg)
+
     def decode_units(self, cfg: Any) -> float:
         return 0.5 * self.units(cfg)  # a replica that also prefills decodes about half the time
 

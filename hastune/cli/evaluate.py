@@ -97,6 +97,8 @@ def evaluate(
     if res.best_run is not None:
         out["at_goodput"] = {k: v for k, v in res.best_run.summary(rec.slo).items()
                              if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}
+    if hasattr(ev, "caveats") and res.goodput_rps > 0:  # the simulator's: hastune.caveats
+        out["caveats"] = ev.caveats(cfg, res.goodput_rps)
     why = res.failure(rec.slo)
     code = EXIT_NO_CONFIG if why else 0
     out["exit_code"] = code
@@ -129,6 +131,8 @@ def evaluate(
     if not res.bracketed:
         tab.add_row("note", "[yellow]the search hit its rate limit; the bound is not exact[/]")
     con.print(tab)
+    for c in out.get("caveats", []):
+        con.print(f"[yellow]caveat:[/] {escape(c)}")
     if why:
         con.print(f"[red]no rate meets the SLOs[/]: {why}")
         raise typer.Exit(code)

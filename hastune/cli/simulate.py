@@ -43,7 +43,8 @@ def simulate(
         s["passes"] = s["slo_met"] and run.verdict.stable
     s.update({"architecture": cfg.architecture, "seed": ev.seed, "wall_s": run.wall_s,
               "percentile": rec.slo.percentile, "profile": ev.profile.name,
-              "engine_terms": ev.describe()["engine_terms"]})
+              "engine_terms": ev.describe()["engine_terms"],
+              "caveats": ev.caveats(cfg, rate)})
     code = 0 if s.get("passes", s["slo_met"]) else EXIT_NO_CONFIG
     s["exit_code"] = code
     if as_json:
@@ -73,6 +74,8 @@ def simulate(
               f"{s['completed']} completed, {s['rejected']} rejected; "
               f"simulated {s['requests']} requests in {run.wall_s:.3f} s")
     con.print(escape(terms_line(s["engine_terms"])))
+    for c in s["caveats"]:
+        con.print(f"[yellow]caveat:[/] {escape(c)}")
     if s.get("rounds", 0) > s.get("rounds_asked", float("inf")):
         con.print(f"closed loop: run to {s['rounds']:g} rounds per client, not the "
                   f"{s['rounds_asked']:g} asked for: its steady mean TTFT was not yet known "

@@ -208,6 +208,9 @@ def tune(
     for key in ("profile_source", "engine_terms"):  # built on demand, shipped, ...; terms
         if key in desc:
             summary[key] = desc[key]
+    if summary["best_config"] and hasattr(tuner.ev, "caveats"):  # hastune.caveats
+        summary["caveats"] = tuner.ev.caveats(parse_config(summary["best_config"]),
+                                              summary["goodput_rps"])
     code = 0 if summary["meets_slo"] else EXIT_NO_CONFIG
     if base is not None:
         prev = float(base.get("goodput_rps", 0.0))
@@ -233,6 +236,8 @@ def tune(
                       f"{_fmt_cfg(summary['best_config'])}")
         if "engine_terms" in summary:
             console.print(escape(terms_line(summary["engine_terms"])))
+        for c in summary.get("caveats", []):
+            console.print(f"[yellow]caveat:[/] {escape(c)}")
         console.print(f"{summary['evaluations']} evaluations, {summary['trials']} trials in "
                       f"{summary['wall_s']:.1f} s; wrote " + ", ".join(str(f) for f in files))
         if code == EXIT_NO_CONFIG:

@@ -1,0 +1,43 @@
+"""What a result's figures do not model, said beside them: a goodput or a run that lies where
+the simulator is known to be less sure than its scorecard (docs/fidelity.md, what is not
+modelled), each caveat one sentence that names the number, the reason and where to read more.
+`evaluate`, `simulate` and the tune summary carry them as `caveats` and print them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hastune import archs
+
+# The request rate per API server that TensorRT-LLM's measured runs never passed: its H100
+# runs at 128 clients on TP 4 and 8 complete 35-36 requests/s whatever the prompt (1024 or
+# 2048 tokens) for outputs of 128 and 256 tokens, where its token ceiling (STREAM_TOKEN_S)
+# allows up to twice that (benchmarks/server_ceilings.py). What sets it is not known, and the
+# simulator does not model it.
+REQUEST_CEILING_RPS = {"trtllm": 35.0}
+LABEL = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def caveats(engine: str, terms_on: bool, config: Any, rate_rps: float) -> list[str]:
+    """The caveats of a result of `config` under `engine` (its terms on or off) at `rate_rps`
+    (a goodput, or the rate of one run)."""
+    out = []
+    arch = archs.of(config)
+    cap = REQUEST_CEILING_RPS.get(engine)
+    n = arch.streams(config) if cap is not None else 0
+    if cap is not None and rate_rps > cap * n:
+        out.append(
+            f"{rate_rps:.1f} req/s is {rate_rps / n:.1f} req/s per instance that streams "
+            f"tokens ({n}), past the ~{cap:g} req/s per API server that {LABEL[engine]}'s "
+            f"measured runs did not pass (benchmarks/server_ceilings.py); that ceiling is not "
+            f"simulated, so the real figure may be as low as {cap * n:.1f} req/s "
+            "(docs/fidelity.md, what is not modelled)")
+    if engine == "trtllm" and terms_on:
+        out.append("TensorRT-LLM's engine terms miss the fidelity bar on TTFT (cross-validated "
+                   "against its measured runs; docs/fidelity.md, the scorecard): its TTFT "
+                   "figures are less sure than vLLM's or SGLang's")
+    if engine == "sglang" and terms_on and arch.name != "nodg":
+        out.append(f"SGLang's tokenizer-manager costs per output token are simulated in nodg "
+                   f"only; this {arch.name} run goes without them, and with many clients "
+                   "SGLang's TTFT there can be higher than simulated (docs/fidelity.md)")
+    return out
