@@ -1,7 +1,7 @@
 """What a result's figures do not model, said beside them: a goodput or a run that lies where
-the simulator is known to be less sure than its scorecard (docs/fidelity.md, what is not
-modelled), each caveat one sentence that names the number, the reason and where to read more.
-`evaluate`, `simulate` and the tune summary carry them as `caveats` and print them."""
+the simulator is known to be less sure than its scorecard (docs/fidelity.md), each caveat one
+sentence that names the number, the reason and where to read more. `evaluate`, `simulate` and
+the tune summary carry them as `caveats` and print them."""
 
 from __future__ import annotations
 
@@ -15,28 +15,45 @@ from hastune import archs
 # allows up to twice that (benchmarks/server_ceilings.py). What sets it is not known, and the
 # simulator does not model it.
 REQUEST_CEILING_RPS = {"trtllm": 35.0}
+# The kernels alone against each engine's measured runs: median signed error of the mean TTFT
+# over ../shared/calibration/e2e/silicon_llama31.csv, the scorecard's "TTFT kernels" column
+# (docs/fidelity.md; `hastune fidelity ... --json`, aggregate.engine.<e>.kernels.ttft.bias_pct).
+KERNELS_TTFT_BIAS_PCT = {"vllm": -43.2, "sglang": -59.9, "trtllm": -20.5}
 LABEL = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 
-def caveats(engine: str, terms_on: bool, config: Any, rate_rps: float) -> list[str]:
-    """The caveats of a result of `config` under `engine` (its terms on or off) at `rate_rps`
-    (a goodput, or the rate of one run)."""
+def caveats(terms: dict, config: Any, rate_rps: float) -> list[str]:
+    """The caveats of a result of `config` at `rate_rps` (a goodput, or the rate of one run)
+    under the engine terms `terms` (hastune.engine_terms.record) on a kernel-table profile."""
     out = []
+    engine, on = terms["engine"], bool(terms["on"])
+    label = LABEL.get(engine, engine)
     arch = archs.of(config)
+    bias = KERNELS_TTFT_BIAS_PCT.get(engine)
+    if not on and bias is not None:
+        out.append(f"engine terms off: with the kernels alone the simulated mean TTFT of "
+                   f"{label}'s measured runs was {abs(bias):.0f}% "
+                   f"{'low' if bias < 0 else 'high'} (median; docs/fidelity.md, the "
+                   f"scorecard), so this TTFT is likely {'optimistic' if bias < 0 else 'high'}"
+                   f", and the goodput with it where TTFT binds; `engine: {{name: {engine}, "
+                   "terms: true}` adds the terms fitted on those runs")
+    if on and terms.get("fitted_for") == "pooled":
+        out.append(f"{label}'s engine terms were fitted on its runs on another GPU "
+                   f"({terms.get('fitted_on', '')}), not on {terms.get('gpu')}: unchecked here")
     cap = REQUEST_CEILING_RPS.get(engine)
     n = arch.streams(config) if cap is not None else 0
     if cap is not None and rate_rps > cap * n:
         out.append(
             f"{rate_rps:.1f} req/s is {rate_rps / n:.1f} req/s per instance that streams "
-            f"tokens ({n}), past the ~{cap:g} req/s per API server that {LABEL[engine]}'s "
+            f"tokens ({n}), past the ~{cap:g} req/s per API server that {label}'s "
             f"measured runs did not pass (benchmarks/server_ceilings.py); that ceiling is not "
             f"simulated, so the real figure may be as low as {cap * n:.1f} req/s "
             "(docs/fidelity.md, what is not modelled)")
-    if engine == "trtllm" and terms_on:
+    if engine == "trtllm" and on:
         out.append("TensorRT-LLM's engine terms miss the fidelity bar on TTFT (cross-validated "
                    "against its measured runs; docs/fidelity.md, the scorecard): its TTFT "
                    "figures are less sure than vLLM's or SGLang's")
-    if engine == "sglang" and terms_on and arch.name != "nodg":
+    if engine == "sglang" and on and arch.name != "nodg":
         out.append(f"SGLang's tokenizer-manager costs per output token are simulated in nodg "
                    f"only; this {arch.name} run goes without them, and with many clients "
                    "SGLang's TTFT there can be higher than simulated (docs/fidelity.md)")

@@ -301,9 +301,8 @@ def record(engine, profile: Profile, t: EngineTerms | None) -> dict:
     if t is None:
         why = ("the profile was measured on a device: its measurements hold the engine's costs"
                if not applies(profile) else
-               f"engine.terms is false (the default): kernels alone; `engine: {{name: "
-               f"{engine.name}, terms: true}}` adds the terms fitted on measured runs "
-               "(docs/fidelity.md)")
+               "engine.terms is false (the default): kernels alone (hastune.caveats says what "
+               "that misses)")
         return {"on": False, "engine": engine.name, "why": why}
     fe = t.frontend
     return {"on": True, "engine": t.engine, "gpu": profile.gpu,

@@ -265,7 +265,8 @@ class Evaluation:
             return []
         from hastune.caveats import caveats
 
-        return caveats(self.recipe.engine.name, self.engine_terms is not None, config, rate_rps)
+        rec = engine_terms.record(self.recipe.engine, self.profile, self.engine_terms)
+        return caveats(rec, config, rate_rps)
 
     def close(self) -> None:
         pass  # a simulator holds nothing

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hastune import archs
-from hastune.caveats import REQUEST_CEILING_RPS, caveats
+from hastune.caveats import KERNELS_TTFT_BIAS_PCT, REQUEST_CEILING_RPS, caveats
 from hastune.config import parse_config
 from hastune.evaluate import Evaluation
 from hastune.recipe import Recipe, load_recipe
@@ -40,20 +40,28 @@ def configs(draw):
 
 
 @given(cfg=configs(), engine=st.sampled_from(("vllm", "sglang", "trtllm")),
-       terms=st.booleans(), rate=st.floats(0.01, 1000.0))
+       terms=st.booleans(), pooled=st.booleans(), rate=st.floats(0.01, 1000.0))
 @settings(max_examples=200, deadline=None)
-def test_caveats_say_what_the_result_lies_beyond(cfg, engine, terms, rate):
-    out = caveats(engine, terms, cfg, rate)
+def test_caveats_say_what_the_result_lies_beyond(cfg, engine, terms, pooled, rate):
+    rec = {"on": terms, "engine": engine, "gpu": "a100-80gb",
+           "fitted_for": "pooled" if pooled else "a100-80gb", "fitted_on": "rows"}
+    out = caveats(rec, cfg, rate)
     n = archs.of(cfg).streams(cfg)
     cap = REQUEST_CEILING_RPS.get(engine)
     ceiling = [c for c in out if "per instance that streams tokens" in c]
     assert bool(ceiling) == (cap is not None and rate > cap * n)
     if ceiling:  # the rate per server and the rate the ceiling would allow
         assert f"({n})" in ceiling[0] and f"{cap * n:.1f} req/s" in ceiling[0]
+    off = [c for c in out if c.startswith("engine terms off")]
+    assert bool(off) == (not terms)
+    if off:  # the kernels alone's measured bias, and how to turn the terms on
+        assert f"{abs(KERNELS_TTFT_BIAS_PCT[engine]):.0f}% low" in off[0]
+        assert f"name: {engine}, terms: true" in off[0]
+    assert any("another GPU" in c for c in out) == (terms and pooled)
     assert any("miss the fidelity bar" in c for c in out) == (engine == "trtllm" and terms)
     assert any("nodg only" in c for c in out) == (
         engine == "sglang" and terms and cfg.architecture != "nodg")
-    if engine == "vllm":
+    if engine == "vllm" and terms and not pooled:
         assert out == []
 
 
@@ -101,5 +109,5 @@ def test_a_measured_profile_gets_no_caveats_and_the_cli_prints_them(tmp_path):
                         "40", "--requests", "200", "--json"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode in (0, 3), r.stderr
-    out = json.loads(r.stdout)["caveats"]
+    out = json.loads(r.stdout)["caveats"]  # terms on, H100's own: the ceiling and the bar
     assert len(out) == 2 and "40.0 req/s per instance" in out[0]
