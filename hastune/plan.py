@@ -71,6 +71,7 @@ class PlanResult:
     steps: list[Step]
     wall_s: float = 0.0
     storage: str = ""
+    caveats: list[str] = field(default_factory=list)  # the answer's (hastune.caveats)
 
     @property
     def answer(self) -> Step | None:
@@ -117,6 +118,8 @@ class PlanResult:
         }
         if a is None:
             out["no_config_reason"] = self.why_not()
+        else:
+            out["caveats"] = self.caveats
         return out
 
     def why_not(self) -> str:
@@ -241,10 +244,18 @@ class Planner:
                     hi = mid
                 else:
                     lo = mid + 1
-        return PlanResult(self.recipe.name, self.rate, self.search, self.recipe.cluster.gpus,
-                          [self.steps[g] for g in sorted(self.steps)],
-                          time.perf_counter() - t0, self.tune.storage or
-                          f"{self.tune.out}/study.db")
+        res = PlanResult(self.recipe.name, self.rate, self.search, self.recipe.cluster.gpus,
+                         [self.steps[g] for g in sorted(self.steps)],
+                         time.perf_counter() - t0, self.tune.storage or
+                         f"{self.tune.out}/study.db")
+        a = res.answer
+        if a is not None and bounded:  # the simulator's answer: what it lies beyond
+            from hastune.config import parse_config
+            from hastune.evaluate import Evaluation
+
+            ev = Evaluation(budget_recipe(self.recipe, a.gpus), requests=1)
+            res.caveats = ev.caveats(parse_config(a.config), float(a.goodput_rps or 0.0))
+        return res
 
 
 def write_plot(res: PlanResult, path) -> None:

@@ -182,6 +182,8 @@ def plan(
 
             con.print(f"fewest GPUs: [bold]{a.gpus}[/] — {a.goodput_rps:.3f} req/s ≥ "
                       f"{rate:g} with {escape(_fmt_cfg(a.config))}")
+            for c in res.caveats:
+                con.print(f"[yellow]caveat:[/] {escape(c)}")
         else:
             con.print(f"[red]no GPU count sustains {rate:g} req/s[/]: "
                       f"{escape(d['no_config_reason'])}")
