@@ -133,6 +133,8 @@ def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
                   f"{tuner.seed}). Simulate it: hastune evaluate RECIPE --config this-file;\n"
                   f"# deploy it: hastune export this-file --engine vllm|sglang|dynamo "
                   f"(`target:` says what it is for)\n")
+        header += "".join(f"# caveat: {' '.join(c.split())}\n"  # hastune.caveats, one line
+                          for c in summary.get("caveats", []))
         p = out / "best_config.yaml"
         p.write_text(header + yaml.safe_dump(dump_config(cfg), sort_keys=False)
                      + yaml.safe_dump({TARGET_KEY: dump_target(target)}, sort_keys=False))
