@@ -53,6 +53,10 @@ def caveats(terms: dict, config: Any, rate_rps: float) -> list[str]:
         out.append("TensorRT-LLM's engine terms miss the fidelity bar on TTFT (cross-validated "
                    "against its measured runs; docs/fidelity.md, the scorecard): its TTFT "
                    "figures are less sure than vLLM's or SGLang's")
+    if on and arch.name != "nodg":
+        out.append(f"the engine terms were fitted and checked on measured runs of one "
+                   f"aggregated instance (nodg); {arch.name} with them has not been checked "
+                   "against a measurement (docs/fidelity.md)")
     if engine == "sglang" and on and arch.name != "nodg":
         out.append(f"SGLang's tokenizer-manager costs per output token are simulated in nodg "
                    f"only; this {arch.name} run goes without them, and with many clients "

@@ -59,9 +59,11 @@ def test_caveats_say_what_the_result_lies_beyond(cfg, engine, terms, pooled, rat
         assert f"name: {engine}, terms: true" in off[0]
     assert any("another GPU" in c for c in out) == (terms and pooled)
     assert any("miss the fidelity bar" in c for c in out) == (engine == "trtllm" and terms)
+    assert any("has not been checked" in c for c in out) == (
+        terms and cfg.architecture != "nodg")
     assert any("nodg only" in c for c in out) == (
         engine == "sglang" and terms and cfg.architecture != "nodg")
-    if engine == "vllm" and terms and not pooled:
+    if engine == "vllm" and terms and not pooled and cfg.architecture == "nodg":
         assert out == []
 
 
