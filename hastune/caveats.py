@@ -22,6 +22,16 @@ KERNELS_TTFT_BIAS_PCT = {"vllm": -43.2, "sglang": -59.9, "trtllm": -20.5}
 LABEL = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 
+def closed_loop(extra: dict) -> list[str]:
+    """The caveat of a closed-loop run (its RunResult.extra) stopped unsettled at the most
+    rounds hastune.sim.warmup.steady_run may run."""
+    if extra.get("settled") is not False:
+        return []
+    return [f"the closed loop did not settle in {extra['rounds']:g} rounds per client (the "
+            f"most it may run, from the {extra['rounds_asked']:g} asked for): its mean TTFT "
+            "may still drift in a longer run (docs/fidelity.md, how long a closed loop runs)"]
+
+
 def caveats(terms: dict, config: Any, rate_rps: float) -> list[str]:
     """The caveats of a result of `config` at `rate_rps` (a goodput, or the rate of one run)
     under the engine terms `terms` (hastune.engine_terms.record) on a kernel-table profile."""

@@ -258,15 +258,18 @@ class Evaluation:
             out["profile_source"] = self.profile_source.as_dict()
         return out
 
-    def caveats(self, config: Config, rate_rps: float) -> list[str]:
-        """What a result of `config` at `rate_rps` does not model (hastune.caveats); none on a
-        profile measured on a device, which holds the engine it was measured on."""
-        if not engine_terms.applies(self.profile):
-            return []
-        from hastune.caveats import caveats
+    def caveats(self, config: Config, rate_rps: float, run: RunResult | None = None
+                ) -> list[str]:
+        """What a result of `config` at `rate_rps` (and its `run`, if given) does not model
+        (hastune.caveats); of the engine's, none on a profile measured on a device, which
+        holds the engine it was measured on."""
+        from hastune.caveats import caveats, closed_loop
 
+        out = closed_loop(run.extra) if run is not None else []
+        if not engine_terms.applies(self.profile):
+            return out
         rec = engine_terms.record(self.recipe.engine, self.profile, self.engine_terms)
-        return caveats(rec, config, rate_rps)
+        return caveats(rec, config, rate_rps) + out
 
     def close(self) -> None:
         pass  # a simulator holds nothing

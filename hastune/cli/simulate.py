@@ -44,7 +44,7 @@ def simulate(
     s.update({"architecture": cfg.architecture, "seed": ev.seed, "wall_s": run.wall_s,
               "percentile": rec.slo.percentile, "profile": ev.profile.name,
               "engine_terms": ev.describe()["engine_terms"],
-              "caveats": ev.caveats(cfg, rate)})
+              "caveats": ev.caveats(cfg, rate, run)})
     code = 0 if s.get("passes", s["slo_met"]) else EXIT_NO_CONFIG
     s["exit_code"] = code
     if as_json:

@@ -210,7 +210,8 @@ def tune(
             summary[key] = desc[key]
     if summary["best_config"] and hasattr(tuner.ev, "caveats"):  # hastune.caveats
         summary["caveats"] = tuner.ev.caveats(parse_config(summary["best_config"]),
-                                              summary["goodput_rps"])
+                                              summary["goodput_rps"],
+                                              final.best_run if final is not None else None)
     code = 0 if summary["meets_slo"] else EXIT_NO_CONFIG
     if base is not None:
         prev = float(base.get("goodput_rps", 0.0))

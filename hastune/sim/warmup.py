@@ -131,15 +131,20 @@ def steady_run(sim: Simulator, make: Callable[[int], RequestSet], n: int, rate: 
     """A closed loop of `rate` clients run until its steady mean is known (`settled`): `n`
     requests (`make(n)`), doubled while not settled, up to EXTEND × n (or `most`); each run's
     clients start over the loaded cycle (loaded_ramp). The result's extra["rounds"] and
-    ["rounds_asked"] say how many rounds per client were run, and were asked for. A run
-    without the steady-state rule (RequestSet.steady False: a benchmark's mean) is run once,
-    as given."""
+    ["rounds_asked"] say how many rounds per client were run, and were asked for, and
+    ["settled"] whether its steady mean was known when it stopped (False: at the cap, still
+    not). A run without the steady-state rule (RequestSet.steady False: a benchmark's mean)
+    is run once, as given."""
     cap = EXTEND * n if most is None else max(n, min(EXTEND * n, most))
     c, asked = max(1.0, round(rate)), n
     while True:
         reqs = make(n)
         run = sim.run(loaded_ramp(sim, reqs, rate), rate)
-        if not reqs.steady or reqs.think_s is None or n >= cap or settled(run, rate):
+        rule = reqs.steady and reqs.think_s is not None
+        ok = not rule or settled(run, rate)
+        if ok or n >= cap:
             run.extra["rounds"], run.extra["rounds_asked"] = len(reqs) / c, asked / c
+            if rule:
+                run.extra["settled"] = ok
             return run
         n = min(2 * n, cap)

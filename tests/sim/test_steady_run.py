@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hastune.caveats import closed_loop
 from hastune.runs import RunResult
 from hastune.sim import warmup
 from hastune.sim.warmup import steady_start
@@ -124,6 +125,12 @@ def test_steady_run_doubles_until_settled_within_its_cap(clients, start, transie
     for m in lens[:-1]:  # every run before the last was unsettled
         assert not warmup.settled(sim.run(_make(True)(m), clients), clients)
     assert lens[-1] == cap or warmup.settled(run, clients)
+    # it says whether it stopped settled, and a result's caveats say so when not
+    assert run.extra["settled"] == warmup.settled(run, clients)
+    said = closed_loop(run.extra)
+    assert bool(said) == (not run.extra["settled"])
+    if said:
+        assert f"{lens[-1] / clients:g} rounds per client" in said[0]
     if 2 * transient + 4 < lens[-1] // clients:  # a transient under half the run is cut
         assert np.all(run.ttft_measured() == 0.1)
 
@@ -132,3 +139,4 @@ def test_a_benchmarks_run_is_run_once():
     sim = _Transient(4, 100, 1.0)
     run = warmup.steady_run(sim, _make(False), 4 * 40, 4)
     assert sim.lengths == [160] and len(run.ttft) == 160
+    assert "settled" not in run.extra and closed_loop(run.extra) == []  # no rule, no verdict
