@@ -25,7 +25,7 @@ LABEL = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 def closed_loop(extra: dict) -> list[str]:
     """The caveat of a closed-loop run (its RunResult.extra) stopped unsettled at the most
     rounds hastune.sim.warmup.steady_run may run."""
-    if extra.get("settled") is not False:
+    if "settled" not in extra or extra["settled"]:
         return []
     return [f"the closed loop did not settle in {extra['rounds']:g} rounds per client (the "
             f"most it may run, from the {extra['rounds_asked']:g} asked for): its mean TTFT "

@@ -141,7 +141,7 @@ def steady_run(sim: Simulator, make: Callable[[int], RequestSet], n: int, rate: 
         reqs = make(n)
         run = sim.run(loaded_ramp(sim, reqs, rate), rate)
         rule = reqs.steady and reqs.think_s is not None
-        ok = not rule or settled(run, rate)
+        ok = not rule or bool(settled(run, rate))
         if ok or n >= cap:
             run.extra["rounds"], run.extra["rounds_asked"] = len(reqs) / c, asked / c
             if rule:
