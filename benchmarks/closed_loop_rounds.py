@@ -44,7 +44,7 @@ def main() -> int:
     args = ap.parse_args()
     cases = [c for c in read_cases(args.csv) if args.engine in (None, c.engine)]
     t0 = time.perf_counter()
-    rows, ran = [], []  # ran: rounds run / rounds asked, of the 40-round runs
+    rows, ran, unsettled = [], [], []  # ran: rounds run / asked, of the 40-round runs
     for c in cases:
         means = []
         for rounds in (40, 400):
@@ -64,6 +64,8 @@ def main() -> int:
             means.append(s.ttft_ms)
             if rounds == 40:
                 ran.append(s.requests / c.clients / rounds)
+                if s.settled is False:  # at the cap, its steady mean still unknown: a caveat
+                    unsettled.append(c.id)
         rows.append((c, means[0], means[1], abs(means[1] / means[0] - 1)))
     d = np.array([r[3] for r in rows])
     print(f"{len(rows)} rows, terms {args.terms}, client {args.client}: "
@@ -73,13 +75,20 @@ def main() -> int:
     x = np.array(ran)
     print(f"  the 40-round runs ran {x.mean():.2f}x the rounds asked on average (steady_run "
           f"doubles an unsettled run): {int((x > 1).sum())} of {len(x)} longer, at most "
-          f"{x.max():.0f}x")
+          f"{x.max():.0f}x; {len(unsettled)} stopped unsettled at the cap (a result's "
+          f"caveat: hastune.caveats.closed_loop)")
     for eng in sorted({r[0].engine for r in rows}):
         e = np.array([r[3] for r in rows if r[0].engine == eng])
         print(f"  {eng}: {len(e)} rows, {int((e > 0.05).sum())} over 5%, max {e.max():.2%}")
     for c, a, b, x in sorted(rows, key=lambda r: -r[3])[:10]:
         if x > 0.05:
-            print(f"  {c.engine} {c.gpu} tp{c.tp} {c.shape} c{c.clients}: {a:.0f} -> {b:.0f} ms")
+            said = " (the 40-round run stopped unsettled)" if c.id in unsettled else ""
+            print(f"  {c.engine} {c.gpu} tp{c.tp} {c.shape} c{c.clients}: {a:.0f} -> {b:.0f} ms"
+                  f"{said}")
+    over = {r[0].id for r in rows if r[3] > 0.05}
+    print(f"  of the {len(over)} rows over 5%, {len(over & set(unsettled))} had a caveat at 40 "
+          f"rounds; of the {len(unsettled)} with one, {len(set(unsettled) - over)} moved by "
+          "5% or less")
     return 0
 
 

@@ -36,6 +36,7 @@ class Simulated:
     tpot_ms: float
     requests: int
     throughput_rps: float = float("nan")
+    settled: bool | None = None  # steady: whether the run stopped settled (steady_run)
 
 
 def recipe_for(case: Case, models: dict[str, str], path: Path,
@@ -120,4 +121,5 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     ok = np.isfinite(tt)
     return Simulated(float(np.mean(tt[ok])) * 1e3 if ok.any() else float("inf"),
                      float(np.mean(tp[np.isfinite(tp)])) * 1e3, len(res.ttft),
-                     float(res.extra.get("throughput_rps", float("nan"))))
+                     float(res.extra.get("throughput_rps", float("nan"))),
+                     res.extra.get("settled"))
