@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from hastune.config import load_config
 from hastune.evaluate import Evaluation
@@ -35,6 +36,12 @@ BACKEND_OPTION = typer.Option("local", "--backend", help="with --evaluator real 
                               "ray actors (pip install 'hastune\\[ray]')")
 RAY_ADDRESS_OPTION = typer.Option(None, "--ray-address", help="with --backend ray: the "
                                   "cluster to join (e.g. HEAD:6379; default: a local one)")
+
+
+def print_caveats(con, caveats: list[str]) -> None:
+    """A result's caveats (hastune.caveats) on the console `con`, in yellow, one each."""
+    for c in caveats:
+        con.print(f"[yellow]caveat:[/] {escape(c)}")
 
 
 def terms_line(rec: dict) -> str:

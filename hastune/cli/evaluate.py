@@ -11,7 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s, terms_line
+from hastune.cli.common import (
+    BACKEND_OPTION,
+    RAY_ADDRESS_OPTION,
+    dumps,
+    fmt_s,
+    print_caveats,
+    terms_line,
+)
 from hastune.config import load_config
 from hastune.errors import EXIT_NO_CONFIG
 from hastune.evaluate import check_requests, check_seed
@@ -131,8 +138,7 @@ def evaluate(
     if not res.bracketed:
         tab.add_row("note", "[yellow]the search hit its rate limit; the bound is not exact[/]")
     con.print(tab)
-    for c in out.get("caveats", []):
-        con.print(f"[yellow]caveat:[/] {escape(c)}")
+    print_caveats(con, out.get("caveats", []))
     if why:
         con.print(f"[red]no rate meets the SLOs[/]: {why}")
         raise typer.Exit(code)

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import dumps
+from hastune.cli.common import dumps, print_caveats
 from hastune.errors import EXIT_INTERRUPTED
 from hastune.evaluators import EVALUATORS
 
@@ -182,8 +182,7 @@ def plan(
 
             con.print(f"fewest GPUs: [bold]{a.gpus}[/] — {a.goodput_rps:.3f} req/s ≥ "
                       f"{rate:g} with {escape(_fmt_cfg(a.config))}")
-            for c in res.caveats:
-                con.print(f"[yellow]caveat:[/] {escape(c)}")
+            print_caveats(con, res.caveats)
         else:
             con.print(f"[red]no GPU count sustains {rate:g} req/s[/]: "
                       f"{escape(d['no_config_reason'])}")

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import dumps, fmt_s, load_inputs, terms_line
+from hastune.cli.common import dumps, fmt_s, load_inputs, print_caveats, terms_line
 from hastune.errors import EXIT_NO_CONFIG
 from hastune.evaluate import check_rate, check_requests, check_seed
 from hastune.sim import warmup
@@ -74,8 +74,7 @@ def simulate(
               f"{s['completed']} completed, {s['rejected']} rejected; "
               f"simulated {s['requests']} requests in {run.wall_s:.3f} s")
     con.print(escape(terms_line(s["engine_terms"])))
-    for c in s["caveats"]:
-        con.print(f"[yellow]caveat:[/] {escape(c)}")
+    print_caveats(con, s["caveats"])
     if s.get("rounds", 0) > s.get("rounds_asked", float("inf")):
         con.print(f"closed loop: run to {s['rounds']:g} rounds per client, not the "
                   f"{s['rounds_asked']:g} asked for: its steady mean TTFT was not yet known "

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, terms_line
+from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, print_caveats, terms_line
 from hastune.cli.tune_run import fail, one_line, run_workers, storage_errors
 from hastune.config import parse_config
 from hastune.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CONFIG, InputError
@@ -237,8 +237,7 @@ def tune(
                       f"{_fmt_cfg(summary['best_config'])}")
         if "engine_terms" in summary:
             console.print(escape(terms_line(summary["engine_terms"])))
-        for c in summary.get("caveats", []):
-            console.print(f"[yellow]caveat:[/] {escape(c)}")
+        print_caveats(console, summary.get("caveats", []))
         console.print(f"{summary['evaluations']} evaluations, {summary['trials']} trials in "
                       f"{summary['wall_s']:.1f} s; wrote " + ", ".join(str(f) for f in files))
         if code == EXIT_NO_CONFIG:
