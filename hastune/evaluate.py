@@ -88,6 +88,8 @@ class Evaluation:
         if self.engine_terms is not None:  # what the engine adds to the kernels
             profile = engine_terms.apply(profile, self.engine_terms)
         self.profile = profile
+        # what results record about those terms (describe, caveats)
+        self.terms_record = engine_terms.record(recipe.engine, profile, self.engine_terms)
         self.seed = recipe.seed if seed is None else seed
         self.base_requests = requests or recipe.workload.requests
         self.closed = recipe.workload.arrival.process == "closed"
@@ -252,8 +254,7 @@ class Evaluation:
     def describe(self) -> dict:
         out = {"requests_per_probe": len(self.requests), "profile": self.profile.name,
                "probe_span_s": self.span_s,
-               "engine_terms": engine_terms.record(self.recipe.engine, self.profile,
-                                                   self.engine_terms)}
+               "engine_terms": self.terms_record}
         if self.profile_source is not None:
             out["profile_source"] = self.profile_source.as_dict()
         return out
@@ -268,8 +269,7 @@ class Evaluation:
         out = closed_loop(run.extra) if run is not None else []
         if not engine_terms.applies(self.profile):
             return out
-        rec = engine_terms.record(self.recipe.engine, self.profile, self.engine_terms)
-        return caveats(rec, config, rate_rps) + out
+        return caveats(self.terms_record, config, rate_rps) + out
 
     def close(self) -> None:
         pass  # a simulator holds nothing
