@@ -51,6 +51,11 @@ class Evaluator(Protocol):
     def describe(self) -> dict[str, Any]:
         """What a result should record about how it was measured (beyond name and seed)."""
 
+    def caveats(self, config: AnyConfig, rate_rps: float,
+                run: RunResult | None = None) -> list[str]:
+        """What a result of `config` at `rate_rps` (and its `run`) lies beyond: the
+        simulator's (hastune.caveats); none for a measured one."""
+
     def close(self) -> None:
         """Release what it holds (engines, workers)."""
 

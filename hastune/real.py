@@ -83,6 +83,10 @@ class Probing:
     pool: RequestSet
     opts: Any
 
+    def caveats(self, config: Any, rate_rps: float, run: Any = None) -> list[str]:
+        """None: a measured result is not the simulator's (hastune.caveats)."""
+        return []
+
     def __enter__(self):
         return self
 

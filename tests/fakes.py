@@ -65,5 +65,8 @@ class LookupEvaluator:
     def describe(self) -> dict:
         return {"table": self.table is not None}
 
+    def caveats(self, config, rate_rps, run=None) -> list[str]:
+        return []
+
     def close(self) -> None:
         pass

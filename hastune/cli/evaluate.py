@@ -104,7 +104,7 @@ def evaluate(
     if res.best_run is not None:
         out["at_goodput"] = {k: v for k, v in res.best_run.summary(rec.slo).items()
                              if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}
-    if hasattr(ev, "caveats") and res.goodput_rps > 0:  # the simulator's: hastune.caveats
+    if res.goodput_rps > 0:  # the simulator's: hastune.caveats (none for a measured result)
         out["caveats"] = ev.caveats(cfg, res.goodput_rps, res.best_run)
     why = res.failure(rec.slo)
     code = EXIT_NO_CONFIG if why else 0

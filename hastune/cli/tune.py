@@ -208,7 +208,7 @@ def tune(
     for key in ("profile_source", "engine_terms"):  # built on demand, shipped, ...; terms
         if key in desc:
             summary[key] = desc[key]
-    if summary["best_config"] and hasattr(tuner.ev, "caveats"):  # hastune.caveats
+    if summary["best_config"]:  # the simulator's (hastune.caveats); none for a measured one
         summary["caveats"] = tuner.ev.caveats(parse_config(summary["best_config"]),
                                               summary["goodput_rps"],
                                               final.best_run if final is not None else None)
