@@ -301,7 +301,7 @@ def record(engine, profile: Profile, t: EngineTerms | None) -> dict:
     if t is None:
         why = ("the profile was measured on a device: its measurements hold the engine's costs"
                if not applies(profile) else
-               "engine.terms is false (the default): kernels alone (hastune.caveats says what "
+               "engine.terms is false: kernels alone (hastune.caveats says what "
                "that misses)")
         return {"on": False, "engine": engine.name, "why": why}
     fe = t.frontend

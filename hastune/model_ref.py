@@ -68,10 +68,10 @@ class Engine(_Strict):
                                 pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$",
                                 description="the kernel database's version folder, or "
                                             "'newest' (default: its current one)")
-    terms: bool = Field(default=False, description="the engine-level terms fitted on measured "
+    terms: bool = Field(default=True, description="the engine-level terms fitted on measured "
                         "runs (scheduler defaults, per-iteration CPU time, front end; "
                         "hastune.engine_terms, docs/fidelity.md) on profiles built from "
-                        "kernel tables; off by default until every engine meets the bar")
+                        "kernel tables; false: the kernels alone")
 
     @model_validator(mode="before")
     @classmethod

@@ -57,7 +57,8 @@ def test_apply_adds_the_iteration_terms_to_every_tp_degree(k, it, seq, n, ctx, t
 def test_terms_apply_to_kernel_profiles_only_and_can_be_turned_off():
     assert et.applies(PROFILE)
     assert et.for_profile(Engine(name="vllm", terms=True), PROFILE) is not None
-    assert et.for_profile(Engine(name="vllm"), PROFILE) is None  # opt-in (docs/fidelity.md)
+    assert et.for_profile(Engine(name="vllm"), PROFILE) is not None  # on by default
+    assert et.for_profile(Engine(name="vllm", terms=False), PROFILE) is None
     measured = load_profile(next((ROOT / "profiles" / "cpu").glob("*.yaml")))
     assert not et.applies(measured)
     assert et.for_profile(Engine(name="vllm", terms=True), measured) is None

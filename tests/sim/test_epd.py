@@ -8,6 +8,7 @@ import pytest
 from hastune.cluster import Cluster
 from hastune.config import EPDConfig, EPDStaticConfig
 from hastune.evaluate import Evaluation
+from hastune.model_ref import Engine
 from hastune.sim.epd import EPDSimulator
 
 
@@ -62,16 +63,26 @@ def test_overload_breaks_ttft(audio_eval):
     assert heavy.percentile("ttft", 90) > 5 * light.percentile("ttft", 90)
 
 
-def test_kv_memory_bounds_decode_batch(audio_eval):
-    prof = audio_eval.profile
+@pytest.mark.parametrize("terms", [False, True])
+def test_kv_memory_bounds_decode_batch(audio_recipe, terms):
+    """Room for only a few sequences' KV in a decode instance makes TPOT grow: with KV
+    reserved per request (the engine terms off) the decode batch is bounded; paged on demand
+    (vLLM's terms, the default) requests hold only their context so far, so it takes less
+    room to bind, and then running requests are preempted and recomputed."""
+    rec = audio_recipe.model_copy(update={"engine": Engine(name="vllm", terms=terms)})
+    ev = Evaluation(rec, requests=600)
+    prof = ev.profile
+    assert prof.kv_on_demand == terms
+    room = 1000 if terms else 3000  # KV tokens per decode instance
     small = prof.model_copy(update={"memory": prof.memory.model_copy(
         update={"gpu_bytes": (prof.memory.weight_bytes + prof.memory.activation_bytes
-                              + 3000 * prof.memory.kv_bytes_per_token) / prof.memory.utilisation})})
-    cluster = audio_eval.recipe.cluster
-    big_run = EPDSimulator(prof, cluster, cfg(), warmup=0.1).run(audio_eval.requests, 20.0)
-    small_run = EPDSimulator(small, cluster, cfg(), warmup=0.1).run(audio_eval.requests, 20.0)
-    # with room for only a few sequences, requests queue for decode and TPOT grows
+                              + room * prof.memory.kv_bytes_per_token) / prof.memory.utilisation})})
+    cluster = rec.cluster
+    big_run = EPDSimulator(prof, cluster, cfg(), warmup=0.1).run(ev.requests, 20.0)
+    small_run = EPDSimulator(small, cluster, cfg(), warmup=0.1).run(ev.requests, 20.0)
     assert small_run.percentile("tpot", 90) > 1.5 * big_run.percentile("tpot", 90)
+    if terms:
+        assert small_run.extra["preemptions"] > 0 == big_run.extra["preemptions"]
 
 
 def test_slow_links_cost_ttft(audio_eval):

@@ -4,7 +4,9 @@ has its own event loop, and an arrival at a decoding replica takes the next step
 once, with
 the timestamps of the event-by-event simulation (`_Run.ahead = False`) — bit for bit, on long
 prompts, payloads encoded inline, pipeline stages, closed loop and runs stopped early; only
-the event count drops."""
+the event count drops. The shortcuts are the reserved-KV run's (`_Run`; TensorRT-LLM's, and
+any engine's with its terms off): paged KV on demand (`_PagedRun`, vLLM's and SGLang's terms)
+steps event by event, so these recipes run with `engine: {terms: false}`."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from hastune.config import parse_config
 from hastune.evaluate import Evaluation
+from hastune.model_ref import Engine
 from hastune.recipe import load_recipe
 from hastune.sim import nodg_run
 from tests.sim.replica_recipes import recipe
@@ -24,6 +27,11 @@ def _same(a, b) -> None:
         assert x.shape == y.shape and np.array_equal(x, y, equal_nan=True), f
     assert (a.rejected, a.sim_time_s, a.utilisation) == (b.rejected, b.sim_time_s, b.utilisation)
     assert a.extra == b.extra
+
+
+def _kernels(rec):
+    """The recipe with its engine terms off: the reserved-KV run whose shortcuts are tested."""
+    return rec.model_copy(update={"engine": Engine(name=rec.engine.name, terms=False)})
 
 
 def _both(ev: Evaluation, spec: dict, rate: float, n: int, monkeypatch):
@@ -39,7 +47,7 @@ def _both(ev: Evaluation, spec: dict, rate: float, n: int, monkeypatch):
 
 @pytest.fixture(scope="module")
 def long_prompts(root):
-    return Evaluation(load_recipe(root / "benchmarks" / "nodg-long-prompts.yaml"))
+    return Evaluation(_kernels(load_recipe(root / "benchmarks" / "nodg-long-prompts.yaml")))
 
 
 @pytest.mark.parametrize("rate", [0.5, 0.65, 3.0])  # 3 req/s fails: the run stops early
@@ -56,21 +64,23 @@ def test_chunk_runs_keep_every_timestamp_on_long_prompts(long_prompts, rate, mon
     {"architecture": "nodg", "tp": 1, "replicas": 8, "chunk_tokens": 1024},
 ])
 def test_chunk_runs_with_pipeline_stages_and_other_budgets(spec, monkeypatch):
-    ev = Evaluation(recipe("longbench", 300))
+    ev = Evaluation(_kernels(recipe("longbench", 300)))
     for rate in (0.5, 2.0):
         fast, slow = _both(ev, spec, rate, 300, monkeypatch)
         assert fast.events < slow.events
 
 
 def test_chunk_runs_with_inline_encoding(root, monkeypatch):
-    ev = Evaluation(load_recipe(root / "examples" / "video-qwen-8xa100.yaml"), requests=300)
+    ev = Evaluation(_kernels(load_recipe(root / "examples" / "video-qwen-8xa100.yaml")),
+                    requests=300)
     spec = {"architecture": "nodg", "tp": 1, "replicas": 8, "chunk_tokens": 512}
     for rate in (5.0, 30.0):
         _both(ev, spec, rate, 300, monkeypatch)
 
 
 def test_chunk_runs_in_closed_loop(root, monkeypatch):
-    ev = Evaluation(load_recipe(root / "examples" / "ecoserve" / "a800-codellama-closed.yaml"),
+    ev = Evaluation(_kernels(load_recipe(root / "examples" / "ecoserve" /
+                                    "a800-codellama-closed.yaml")),
                     requests=300)
     spec = {"architecture": "nodg", "tp": 2, "replicas": 4, "chunk_tokens": 512}
     _both(ev, spec, 32, 300, monkeypatch)

@@ -39,15 +39,17 @@ def test_kv_never_leaves_its_instance(share_eval):
     assert np.array_equal(run.ttft, again.ttft)
 
 
-def test_ttft_waits_for_the_phase_switch(share_eval):
-    """A window's requests all get their first token when it closes (one timestamp each)."""
-    sim = share_eval.simulator(padg())
-    reqs = share_eval.requests_at(20.0)
+def test_ttft_waits_for_the_phase_switch():
+    """A window's requests all get their first token when it closes (one timestamp each):
+    the engine's, so without the front end's waits after it (engine terms off)."""
+    ev = Evaluation(recipe("sharegpt", 600, engine={"name": "vllm", "terms": False}))
+    sim = ev.simulator(padg())
+    reqs = ev.requests_at(20.0)
     run = sim.run(reqs, 20.0)
     first = np.round(run.ttft + reqs.arrivals(20.0), 9)
     assert len(np.unique(first)) == run.extra["windows"]
     assert run.extra["mean_window_requests"] > 2
-    prof = share_eval.profile
+    prof = ev.profile
     L = reqs.prefill_tokens
     assert np.all(run.ttft >= prof.prefill.latency(L, L * L) - 1e-9)
 
