@@ -1,4 +1,5 @@
-"""The shipped examples' goodputs with the engine terms off (the kernels) and on (issue 13).
+"""The shipped examples' goodputs with the engine terms off (the kernels) and on (issue 13; the
+default since 2026-12-03).
 
     python benchmarks/engine_terms_goodput.py [--only SUBSTRING]
 
