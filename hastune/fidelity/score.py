@@ -118,7 +118,9 @@ def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case
         tick(f"{label}: linear forms")
         return F.form(lambda t: sim_of(c, t), sched, g[0], at, g[1], prefill)
 
-    prior = {c.line: form(c) for c in members}
+    prior = {c.line: form(c, F.START) for c in members}
+    # the kernels alone: no engine overheads and no front end (what `terms: false` leaves)
+    kernels = {c.line: sim_of(c, F.terms(g[0], g[1], sched, F.PRIOR))[0] for c in members}
 
     def fitted(rows: list[Case]) -> np.ndarray:
         """Fit on `rows` from the prior's forms, then `refine` Gauss-Newton steps: the forms
@@ -146,7 +148,7 @@ def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case
         s = sim_of(c, t_all)[0]
         r = scored[id(c)]
         r.fit_ttft, r.fit_tpot = s.ttft_ms, s.tpot_ms
-        r.kernels_ttft, r.kernels_tpot = prior[c.line].ttft0, prior[c.line].tpot0
+        r.kernels_ttft, r.kernels_tpot = kernels[c.line].ttft_ms, kernels[c.line].tpot_ms
         tick(f"{label}: fitted")
 
 
