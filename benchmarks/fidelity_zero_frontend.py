@@ -7,8 +7,9 @@ together on H200).
     python benchmarks/fidelity_zero_frontend.py [CSV] [--engine trtllm] [--gpu h200-141gb]
         [--values 0,1e-12,1e-6,1e-3] [--rows]
 
-With a front end of exactly 0 (TensorRT-LLM's H200 terms, whose clients start together and
-whose per-stream wait is 0 too) a closed-loop client's next request reaches the engine at the
+With a front end of exactly 0 (TensorRT-LLM's H200 terms until c91c5c7, whose clients start
+together and whose per-stream wait is 0 too; fits now keep it at least
+hastune.fidelity.fit.FRONTEND_MIN_S) a closed-loop client's next request reaches the engine at the
 very instant its last one finished, a decode step's boundary, and joins the iteration that
 starts there; with any positive front end (a picosecond or a millisecond alike) it comes
 after that iteration was planned and waits for the next one. In lockstep closed loops those
