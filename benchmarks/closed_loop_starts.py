@@ -23,13 +23,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from silicon import CSV  # benchmarks/silicon.py (this folder is on the path)
+from silicon import CSV, group_rows  # benchmarks/silicon.py (this folder is on the path)
 
 
 def main() -> int:
     from hastune import engine_terms as et
     from hastune.evaluators import resolve_profile
-    from hastune.fidelity.rows import read_cases
     from hastune.fidelity.run import recipe_for, simulate
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -37,10 +36,7 @@ def main() -> int:
     ap.add_argument("--engine", default="sglang")
     ap.add_argument("--rounds", type=int, default=100, help="requests per client asked for")
     args = ap.parse_args()
-    cases = [c for c in read_cases(args.csv) if c.engine == args.engine]
-    if not cases:
-        print(f"error: {args.csv}: no rows of engine {args.engine!r}", file=sys.stderr)
-        return 2
+    cases = group_rows(args.csv, args.engine)
     t0 = time.perf_counter()
     rows, profiles = [], {}
     for c in cases:

@@ -23,13 +23,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from silicon import CSV  # benchmarks/silicon.py (this folder is on the path)
+from silicon import CSV, group_rows  # benchmarks/silicon.py (this folder is on the path)
 
 
 def main() -> int:
     from hastune import engine_terms as et
     from hastune.evaluators import resolve_profile
-    from hastune.fidelity.rows import read_cases
     from hastune.fidelity.run import CLIENT_MODELS, recipe_for, simulate
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -40,10 +39,7 @@ def main() -> int:
     ap.add_argument("--rows", action="store_true", help="print every row")
     args = ap.parse_args()
     rounds = [int(x) for x in args.rounds.split(",")]
-    cases = [c for c in read_cases(args.csv) if (c.engine, c.gpu) == (args.engine, args.gpu)]
-    if not cases:
-        print(f"error: {args.csv}: no rows of {args.engine} on {args.gpu}", file=sys.stderr)
-        return 2
+    cases = group_rows(args.csv, args.engine, args.gpu)
     t0 = time.perf_counter()
     runs = [(m, rounds[0]) for m in CLIENT_MODELS] + [("together", r) for r in rounds[1:]]
     ratio: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)

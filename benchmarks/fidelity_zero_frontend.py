@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from silicon import CSV  # benchmarks/silicon.py (this folder is on the path)
+from silicon import CSV, group_rows  # benchmarks/silicon.py (this folder is on the path)
 
 
 def main() -> int:
@@ -34,7 +34,6 @@ def main() -> int:
     from hastune.engine_fitted import FITTED
     from hastune.evaluators import resolve_profile
     from hastune.fidelity import fit as F
-    from hastune.fidelity.rows import read_cases
     from hastune.fidelity.run import recipe_for, simulate
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -46,10 +45,7 @@ def main() -> int:
     ap.add_argument("--rows", action="store_true", help="print every row that moves by > 5%%")
     args = ap.parse_args()
     values = [float(x) for x in args.values.split(",")]
-    cases = [c for c in read_cases(args.csv) if (c.engine, c.gpu) == (args.engine, args.gpu)]
-    if not cases:
-        print(f"error: {args.csv}: no rows of {args.engine} on {args.gpu}", file=sys.stderr)
-        return 2
+    cases = group_rows(args.csv, args.engine, args.gpu)
     t0 = time.perf_counter()
     cases.sort(key=lambda c: (c.isl, c.osl, c.tp, c.clients))
     profiles: dict = {}
