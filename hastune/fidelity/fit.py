@@ -13,8 +13,9 @@ in the shipped terms, docs/fidelity.md says why). The
 fit (`fit`) is a bounded least squares on the log errors of TTFT and TPOT with a soft-L1
 loss, a TTFT case's loss weighted by the ratio of the bars squared ((8/20)²): a case
 the model cannot follow, e.g. an engine out of KV cache, is not allowed to pull the rest.
-hastune.fidelity.score fits from the prior's forms (the kernels alone), then takes one
-Gauss-Newton step: the forms again around the terms found, and a fit on those.
+hastune.fidelity.score fits from the forms at START (the kernels alone with the least front
+end, FRONTEND_MIN_S), then takes one Gauss-Newton step: the forms again around the terms
+found, and a fit on those.
 
 Cross-validation leaves whole configurations out: every case of one (isl × osl) shape in a
 fold, so no fold sees the shape it is checked on. Each fold fits on its training cases only
