@@ -31,7 +31,6 @@ from silicon import CSV, group_rows  # benchmarks/silicon.py (this folder is on 
 
 def main() -> int:
     from hastune import engine_terms as et
-    from hastune.engine_fitted import FITTED
     from hastune.evaluators import resolve_profile
     from hastune.fidelity import fit as F
     from hastune.fidelity.run import recipe_for, simulate
@@ -59,9 +58,7 @@ def main() -> int:
         prof = profiles[key]
         if terms is None:  # as hastune fidelity simulates the group's rows (its client)
             sched = et.scheduler_defaults(c.engine, prof.memory.gpu_bytes / 2**30, c.gpu)
-            row = FITTED[(c.engine, c.gpu)]
-            theta = [row.get(n, 1.0 if n.endswith("scale") else 0.0) for n in F.NAMES]
-            terms = F.terms(c.engine, c.gpu, sched, theta, row["fitted_on"])
+            terms = F.shipped(c.engine, c.gpu, sched)
         for i, v in enumerate(values):
             t = replace(terms, frontend=replace(terms.frontend, request_s=v))
             sim[i, j] = simulate(c, prof, t, rec).ttft_ms

@@ -94,6 +94,17 @@ def terms(engine: str, gpu: str | None, sched: Scheduler, theta, fitted_on: str 
     return EngineTerms(engine, gpu, sched, it, seq, k, fr, fitted_on, pk)
 
 
+def shipped(engine: str, gpu: str, sched: Scheduler) -> EngineTerms:
+    """The terms shipped for (engine, GPU) in hastune.engine_fitted, as `hastune fidelity`
+    simulates that group's measured runs (`terms`: its benchmark client's front end too, e.g.
+    FRONTEND_QUEUED); a term the row lacks is the prior's."""
+    from hastune.engine_fitted import FITTED
+
+    row = FITTED[(engine, gpu)]
+    theta = [row.get(n, p) for n, p in zip(NAMES, PRIOR)]
+    return terms(engine, gpu, sched, theta, row.get("fitted_on", ""))
+
+
 def form(sim, sched: Scheduler, engine: str, at: np.ndarray | None = None,
          gpu: str | None = None, prefill: bool = False) -> Form:
     """The linear form of one case around `at` (default the prior: the kernels alone) from

@@ -20,7 +20,7 @@ from hastune.fidelity.run import ROUNDS, recipe_for, simulate
 
 MIN_ROWS = 40   # the Done-when bar applies to engines with at least this many rows
 FOLDS = 4
-REFINE = 1     # Gauss-Newton steps after the fit from the prior's forms
+REFINE = 1     # Gauss-Newton steps after the fit from the first forms (at fit.START)
 
 
 @dataclass
@@ -96,7 +96,8 @@ def run(path: str | Path, models: dict[str, str] | None = None, rounds: int = RO
 def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case],
            models: dict[str, str], path: Path, rounds: int, refine: int, tick,
            prefill: bool = False) -> None:
-    """One (engine, GPU): the prior's forms, the folds' fits and checks, the fit on all."""
+    """One (engine, GPU): the first forms (at fit.START), the folds' fits and checks, the fit
+    on all."""
     from hastune.evaluators import resolve_profile
 
     profiles, sims = {}, {}
@@ -118,16 +119,16 @@ def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case
         tick(f"{label}: linear forms")
         return F.form(lambda t: sim_of(c, t), sched, g[0], at, g[1], prefill)
 
-    prior = {c.line: form(c, F.START) for c in members}
+    first = {c.line: form(c, F.START) for c in members}  # the forms every fit starts from
     # the kernels alone: no engine overheads and no front end (what `terms: false` leaves)
     kernels = {c.line: sim_of(c, F.terms(g[0], g[1], sched, F.PRIOR))[0] for c in members}
 
     def fitted(rows: list[Case]) -> np.ndarray:
-        """Fit on `rows` from the prior's forms, then `refine` Gauss-Newton steps: the forms
+        """Fit on `rows` from their first forms, then `refine` Gauss-Newton steps: the forms
         of these rows again around the terms found, and a fit on those."""
         mt = np.array([c.ttft_ms for c in rows])
         mp = np.array([c.tpot_ms for c in rows])
-        th = F.fit([prior[c.line] for c in rows], mt, mp, prefill=prefill)
+        th = F.fit([first[c.line] for c in rows], mt, mp, prefill=prefill)
         for _ in range(refine):
             th = F.fit([form(c, th) for c in rows], mt, mp, start=th, prefill=prefill)
         return th

@@ -70,8 +70,6 @@ def test_the_shipped_terms_are_not_on_the_edge():
     assert CSV.is_file(), f"{CSV}: the calibration file (../shared) is needed"
     cases = [c for c in read_cases(CSV) if (c.engine, c.gpu) == ("trtllm", "h200-141gb")]
     assert len(cases) >= 40
-    row = FITTED[("trtllm", "h200-141gb")]
-    theta = [row.get(n, 1.0 if n.endswith("scale") else 0.0) for n in F.NAMES]
     prof = None
     moved_by_zero = 0
     for c in cases:
@@ -79,7 +77,7 @@ def test_the_shipped_terms_are_not_on_the_edge():
         if prof is None:
             prof = resolve_profile(rec, quiet=True)[0]
             sched = et.scheduler_defaults(c.engine, prof.memory.gpu_bytes / 2**30, c.gpu)
-            terms = F.terms(c.engine, c.gpu, sched, theta)
+            terms = F.shipped(c.engine, c.gpu, sched)
         fe = terms.frontend.request_s
         base = _ttft(c, prof, terms, rec, fe)
         for v in (fe + 1e-6, max(fe - 1e-6, F.FRONTEND_MIN_S) / 2):
