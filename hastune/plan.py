@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hastune import interrupt
 from hastune.errors import EXIT_NO_CONFIG, InputError
 from hastune.recipe import Recipe
 
@@ -225,6 +226,7 @@ class Planner:
                 cands.append(g)
 
         def tune(g: int) -> bool:
+            interrupt.check()
             if on_step:
                 on_step(self.steps[g])  # about to tune
             ok = self.tune_at(g, on_trial).sustains(self.rate)

@@ -60,12 +60,16 @@ def _click_exceptions():
 
 
 def main() -> None:
+    from hastune import interrupt
     from hastune.cli.report import emit_error, emit_input_error, json_mode
 
     _register()
     click = _click_exceptions()
+    interrupt.install()  # a Ctrl-C swallowed where it landed is raised at the next safe point
     try:
         code = app(standalone_mode=False)  # click's errors come here, to be reported as ours
+        if not code:  # a Ctrl-C swallowed after the last safe point is still an interrupt
+            interrupt.check()
     except click.ClickException as exc:  # a usage error: unknown option, missing argument
         if json_mode():
             emit_error(exc.exit_code, exc.format_message(), fix="see the command's --help")

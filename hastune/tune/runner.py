@@ -25,6 +25,7 @@ from typing import Any
 
 import optuna
 
+from hastune import interrupt
 from hastune.config import AnyConfig, config_dict, parse_config
 from hastune.errors import InputError
 from hastune.evaluate import Evaluation
@@ -288,6 +289,7 @@ class Tuner:
                         "dead); its result is not recorded", trial.number)
         elif on_trial:
             on_trial(_frozen(study, trial.number))
+        interrupt.check()  # a Ctrl-C dropped during the evaluation: stop, its result kept
         return res.goodput_rps
 
     def work(self, study: optuna.Study, worker: int = 0,
@@ -314,6 +316,7 @@ def worker_main(recipe_path: str, opts: dict, worker: int, start: Any = None,
     takes (worker, message) when this worker fails (it then exits 1)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    interrupt.install()
     try:
         tuner = Tuner(load_recipe(recipe_path), TuneOptions(**opts))
         study = tuner.open_study(worker)

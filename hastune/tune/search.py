@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
+from hastune import interrupt
 from hastune.config import AnyConfig, parse_config
 from hastune.tune.claims import FAIL, Census, census, claim, finish, n_claims, new_trial
 from hastune.tune.samplers import CONSTRAINT, SkoptProposer
@@ -55,6 +56,7 @@ class Search:
     def run(self) -> None:
         target = self.tuner.opts.trials
         while True:
+            interrupt.check()  # a Ctrl-C that landed where Python drops it (hastune.interrupt)
             self.tuner.reaper.reap(self.study)
             c = census(self.study)
             if c.n_evaluated >= target or len(c.evaluated) >= len(self.prep.allowed):
