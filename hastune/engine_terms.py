@@ -269,16 +269,18 @@ def config_defaults(config, t: EngineTerms | None):
     return config.model_copy(update={"chunk_tokens": t.scheduler.chunk_tokens})
 
 
-def starts_together(fe: FrontEnd | None) -> bool:
-    """Whether a closed loop whose requests carry front end `fe` (RequestSet.frontend,
-    `frontend_of`) starts its clients together, at t = 0, as benchmark tools start
-    them: where each request's front-end wait varies (FrontEnd.spread > 0, SGLang's), which
-    is the requests' own jitter. Identical clients without it stay in lockstep from such a
-    start, so theirs are spread over a request's lifetime instead (RequestSet.ramp_s). From
-    an even stagger SGLang's clients clump over hundreds of rounds, and its closed loop has
-    more than one steady state (benchmarks/closed_loop_starts.py); from together they settle
-    sooner (benchmarks/closed_loop_rounds.py: 8 -> 4 of its 46 rows move by more than 5%
-    between 40 and 400 rounds, docs/fidelity.md)."""
+def jittered(fe: FrontEnd | None) -> bool:
+    """Whether the requests of a closed loop with front end `fe` (RequestSet.frontend,
+    `frontend_of`) carry their own jitter: each one's front-end wait varies (FrontEnd.spread
+    > 0, SGLang's). Identical clients without it stay in lockstep from a start together, so a
+    recipe's closed loop spreads them evenly over a request's lifetime (RequestSet.ramp_s).
+    Jittered ones forget how they started, slowly: started together (as benchmark tools start
+    them, and as `hastune fidelity` simulates the measured runs) they peel apart over hundreds
+    of rounds (Llama-3.1-8B on SGLang's H200 terms, TP 1, 64 clients of 8000 + 1000 tokens:
+    mean TTFT 715 ms over the first 100 rounds, 440 from round 800 on), and from an even
+    stagger they clump. A recipe's closed loop starts them at independent random times over
+    the loaded cycle (RequestSet.ramp_random), where they already are in the steady state
+    (benchmarks/closed_loop_starts.py)."""
     return fe is not None and fe.spread > 0
 
 

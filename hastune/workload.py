@@ -48,6 +48,8 @@ class RequestSet:
     # (hastune.sim.warmup); False: the first two rounds only (a benchmark's mean, fidelity)
     life_s: float = 0.0  # open loop: a request's zero-load lifetime, the slack a serial front
     # end gives before it holds a request back (hastune.sim.frontend); 0: no such front end
+    ramp_random: bool = False  # closed loop: clients start at random over ramp_s (not evenly),
+    # drawn from `seed` (hastune.sim.warmup.client_starts)
 
     def __len__(self) -> int:
         return int(self.gaps.shape[0])
@@ -70,7 +72,7 @@ class RequestSet:
         return RequestSet(self.gaps[:n], self.modality[:n], self.encoder_tokens[:n],
                           self.llm_tokens[:n], self.prompt_tokens[:n], self.output_tokens[:n],
                           self.seed, self.schedule, self.think_s, self.frontend, self.ramp_s,
-                          self.steady, self.life_s)
+                          self.steady, self.life_s, self.ramp_random)
 
 
 def _rescale(u: np.ndarray, sched: RateSchedule) -> np.ndarray:

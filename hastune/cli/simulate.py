@@ -78,8 +78,10 @@ def simulate(
     if s.get("rounds", 0) > s.get("rounds_asked", float("inf")):
         con.print(f"closed loop: run to {s['rounds']:g} rounds per client, not the "
                   f"{s['rounds_asked']:g} asked for: its steady mean TTFT was not yet known "
-                  f"(warm-up cut at half the run, halves {warmup.DRIFT:.0%} apart, or a "
-                  f"standard error over {warmup.PRECISION:.1%}: hastune.sim.warmup.settled)")
+                  f"(warm-up cut at half the run, halves {warmup.DRIFT:.0%} apart, a "
+                  f"standard error over {warmup.PRECISION:.1%}, or over {warmup.SURE:.1%} "
+                  f"with a mean {warmup.AGREE:.0%} off its first half's: "
+                  "hastune.sim.warmup.known)")
     if run.verdict is not None and not run.verdict.judged:
         con.print(f"steady state: not judged ({run.verdict.reason})")
     elif run.verdict is not None:

@@ -67,25 +67,26 @@ def recipe_for(case: Case, models: dict[str, str], path: Path,
 # evenly over a request's zero-load lifetime, the mean after two rounds (a benchmark's);
 # "together" — started at once, the mean over every request, the first round's too (the runs
 # of engine_terms.CLIENTS_TOGETHER); "together-after-two" — started at once, the mean after
-# two rounds (what hastune fidelity did before; benchmarks/fidelity_client_models.py)
-CLIENT_MODELS = ("spread", "together", "together-after-two")
+# two rounds (the measured runs of clients with their own jitter, SGLang's; benchmarks/
+# fidelity_client_models.py); "random" — started at independent random times over that
+# lifetime (as a recipe's closed loop starts clients with their own jitter: `recipe_clients`)
+CLIENT_MODELS = ("spread", "together", "together-after-two", "random")
 
 
 def client_model(case: Case, terms: et.EngineTerms | None) -> str:
     """The client model a measured case is simulated with (under `terms`): as the runs of
-    engine_terms.CLIENTS_TOGETHER were measured; else as a recipe's closed loop starts them
-    (`recipe_clients`)."""
+    engine_terms.CLIENTS_TOGETHER were measured; clients with their own jitter
+    (engine_terms.jittered) started together, as benchmark tools start them; else spread."""
     if (case.engine, case.gpu) in et.CLIENTS_TOGETHER:
         return "together"
-    return recipe_clients(terms)
+    return "together-after-two" if et.jittered(et.frontend_of(terms)) else "spread"
 
 
 def recipe_clients(terms: et.EngineTerms | None) -> str:
-    """How a recipe's closed loop under `terms` starts its clients (engine_terms.
-    starts_together, on the front end its requests get): together, counted after two rounds,
-    where the front end's waits vary; else spread."""
-    together = et.starts_together(et.frontend_of(terms))
-    return "together-after-two" if together else "spread"
+    """How a recipe's closed loop under `terms` starts its clients (hastune.evaluate's
+    _ramped): at random over a request's lifetime where the requests carry their own jitter
+    (engine_terms.jittered), else evenly over it."""
+    return "random" if et.jittered(et.frontend_of(terms)) else "spread"
 
 
 def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Recipe,
@@ -104,12 +105,13 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     pt = prof.for_tp(case.tp)  # clients start spread over a request's zero-load lifetime
     ramp = (pt.prefill.latency(case.isl, case.isl ** 2)
             + (case.osl - 1) * pt.decode.step(1, case.isl + case.osl / 2))
-    if clients != "spread":  # the clients start together
+    if clients not in ("spread", "random"):  # the clients start together
         ramp = 0.0
 
     def make(n: int):
         reqs = et.with_frontend(sample_requests(recipe.workload, n, seed), terms)
-        return replace(reqs, ramp_s=float(ramp), steady=steady)
+        return replace(reqs, ramp_s=float(ramp), steady=steady,
+                       ramp_random=clients == "random")
 
     sim = NoDGSimulator(prof, cluster, cfg, warmup=0.0)
     # steady: as a recipe's closed loop, run until its steady mean is known (steady_run)

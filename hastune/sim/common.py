@@ -22,7 +22,7 @@ from hastune.sim.frontend import (
     open_arrivals,
     stream_waits,
 )
-from hastune.sim.warmup import steady_start
+from hastune.sim.warmup import client_starts, steady_start
 from hastune.workload import RequestSet
 
 # Event kind of an arrival that comes through the heap (a closed-loop client's next request,
@@ -53,7 +53,8 @@ class Arrivals:
     Open loop: `times` holds every arrival (the request set's gaps scaled to `rate`, or its
     rate schedule). Closed loop (`reqs.think_s` set): `rate` is the number of clients; each
     sends its first request at t = 0 (with `reqs.ramp_s`, client i at i·ramp_s/clients: spread
-    over one request's lifetime, not in lockstep) and its next one `think_s` after the
+    over one request's lifetime, not in lockstep; with `reqs.ramp_random`, at independent
+    uniform times over it, drawn from the request set's seed) and its next one `think_s` after the
     previous one completes (or is rejected), as benchmark tools with a fixed concurrency do.
 
     With the engine's front end on the request set (`reqs.frontend`, hastune.engine_terms),
@@ -85,9 +86,7 @@ class Arrivals:
             self.think = float(reqs.think_s)  # type: ignore[arg-type]
             self.issued = self.clients
             self.times = [math.inf] * self.n
-            ramp = reqs.ramp_s / self.clients
-            for i in range(self.clients):
-                self.times[i] = i * ramp
+            self.times[:self.clients] = client_starts(reqs, self.clients)
             if self.fe is not None:
                 self.sent = list(self.times)
                 # the first requests wait too where waits vary (as if the other clients'

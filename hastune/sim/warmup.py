@@ -51,6 +51,23 @@ def steady_start(ttft: np.ndarray, clients: int) -> int:
     return max(floor, best * c)
 
 
+# The seed stream of closed-loop clients' random start times (RequestSet.ramp_random), apart
+# from the workload's and the front end's streams of the same seed.
+RANDOM_RAMP_STREAM = 0x5A3B
+
+
+def client_starts(reqs: RequestSet, clients: int) -> list[float]:
+    """When each of a closed loop's `clients` sends its first request: at t = 0, or evenly
+    over `reqs.ramp_s` (client i at i · ramp_s / clients), or with `reqs.ramp_random` at
+    independent uniform times over it (sorted), drawn from the request set's seed."""
+    if reqs.ramp_random and reqs.ramp_s > 0:
+        rng = np.random.default_rng(np.random.SeedSequence([int(reqs.seed),
+                                                            RANDOM_RAMP_STREAM]))
+        return np.sort(rng.uniform(0.0, reqs.ramp_s, clients)).tolist()
+    step = reqs.ramp_s / clients
+    return [i * step for i in range(clients)]
+
+
 PILOT_ROUNDS = 4   # a closed loop's pilot run: rounds, the first of which is left out
 
 
@@ -93,12 +110,16 @@ def loaded_ramp(sim: Simulator, reqs: RequestSet, rate: float) -> RequestSet:
 # longer than half of it, or a slow drift, or swings between clumped and spread states that a
 # few dozen rounds sample once (benchmarks/closed_loop_rounds.py: 26 of the 400 rows of
 # silicon_llama31.csv moved by more than 5% between 40 and 400 rounds per client). So a run
-# whose steady mean is not yet known is doubled, as an open-loop probe whose verdict is not
-# settled is, up to EXTEND times its requests.
+# whose steady mean is not yet known (`known`) is doubled, as an open-loop probe whose verdict
+# is not settled is, up to EXTEND times its requests (and a recipe's evaluator.max_requests).
+# SGLang's slowest rows need thousands of rounds: at 16 times, 5 of its 46 rows stopped
+# unsettled and one moved by 5.1%; at 64, 2 and 3.9%.
 PRECISION = 0.015  # the relative standard error of the steady mean TTFT a run is taken at
+SURE = 0.005       # … taken alone; between SURE and PRECISION it must also agree with the run
+AGREE = 0.03       # half its length (its first half) to this (`known`)
 DRIFT = 0.02       # the most the means of the steady part's two halves may differ
 BATCHES = 8        # batch means for the standard error (non-overlapping, of whole rounds)
-EXTEND = 16        # a closed loop runs at most this many times the requests it was given
+EXTEND = 64        # a closed loop runs at most this many times the requests it was given
 
 
 def settled(run, clients: float) -> bool:
@@ -115,21 +136,67 @@ def settled(run, clients: float) -> bool:
         return True
     if run.warmup // c >= k // 2 - 1:  # MSER's cut at its bound
         return False
-    y = run.ttft[run.warmup - run.warmup % c:k * c].reshape(-1, c).mean(axis=1)
+    y = steady_rounds(run, c)
     if len(y) < BATCHES:
         return True
     h = len(y) // 2
     if abs(y[h:].mean() / y[:h].mean() - 1.0) > DRIFT:
         return False
+    return standard_error(y) <= PRECISION
+
+
+def steady_rounds(run, clients: float) -> np.ndarray:
+    """The mean TTFT of each whole round of a closed-loop run from its warm-up cut on."""
+    c = max(1, int(round(clients)))
+    k = len(run.ttft) // c
+    return run.ttft[run.warmup - run.warmup % c:k * c].reshape(-1, c).mean(axis=1)
+
+
+def known(run, clients: float, before: float | None) -> bool:
+    """Whether steady_run may stop at `run`: it is `settled`, and its steady mean is either
+    precise to SURE or within AGREE of `before`, the steady mean of the run half its length
+    (None: this is the first). The batches of a short run are too short to see slow swings:
+    jittered clients clump and part over a hundred rounds (SGLang's H200 terms, TP 4, 48
+    clients of 8000 + 100 tokens: 80 rounds, MSER cutting 37, a standard error of 1.4% on a
+    mean 7% under the 400-round one). The run before, whose requests are this one's first
+    half, sees another part of the swing."""
+    if not settled(run, clients):
+        return False
+    m = _judged_mean(run, clients)
+    if m is None:
+        return True  # a run `settled` takes as it is
+    if standard_error(steady_rounds(run, clients)) <= SURE:
+        return True
+    return before is not None and abs(m / before - 1.0) <= AGREE
+
+
+def _judged_mean(run, clients: float) -> float | None:
+    """The steady mean TTFT of a run `settled` judges (None where it takes the run as it is:
+    stopped early, a rejected or unfinished request, too short to batch)."""
+    c = max(1, int(round(clients)))
+    k = len(run.ttft) // c
+    if "stopped_early_s" in run.extra or k < 2 * FLOOR_ROUNDS + 2:
+        return None
+    if not np.isfinite(run.ttft[:k * c]).all():
+        return None
+    y = steady_rounds(run, c)
+    return float(y.mean()) if len(y) >= BATCHES else None
+
+
+def standard_error(y: np.ndarray) -> float:
+    """The relative standard error of the mean of round means `y`, from BATCHES batch means
+    of whole rounds (non-overlapping)."""
+    y = np.asarray(y, dtype=float)
+    mean = float(y.mean())
     m = len(y) // BATCHES
     b = y[:m * BATCHES].reshape(BATCHES, m).mean(axis=1)
-    return float(b.std(ddof=1)) / np.sqrt(BATCHES) <= PRECISION * float(b.mean())
+    return float(b.std(ddof=1)) / np.sqrt(BATCHES) / mean if mean > 0 else 0.0
 
 
 def steady_run(sim: Simulator, make: Callable[[int], RequestSet], n: int, rate: float,
                most: int | None = None):
-    """A closed loop of `rate` clients run until its steady mean is known (`settled`): `n`
-    requests (`make(n)`), doubled while not settled, up to EXTEND × n (or `most`); each run's
+    """A closed loop of `rate` clients run until its steady mean is known (`known`): `n`
+    requests (`make(n)`), doubled while not, up to EXTEND × n (or `most`); each run's
     clients start over the loaded cycle (loaded_ramp). The result's extra["rounds"] and
     ["rounds_asked"] say how many rounds per client were run, and were asked for, and
     ["settled"] whether its steady mean was known when it stopped (False: at the cap, still
@@ -137,11 +204,13 @@ def steady_run(sim: Simulator, make: Callable[[int], RequestSet], n: int, rate: 
     is run once, as given."""
     cap = EXTEND * n if most is None else max(n, min(EXTEND * n, most))
     c, asked = max(1.0, round(rate)), n
+    before: float | None = None
     while True:
         reqs = make(n)
         run = sim.run(loaded_ramp(sim, reqs, rate), rate)
         rule = reqs.steady and reqs.think_s is not None
-        ok = not rule or bool(settled(run, rate))
+        ok = not rule or known(run, rate, before)
+        before = _judged_mean(run, rate) if rule else None
         if ok or n >= cap:
             run.extra["rounds"], run.extra["rounds_asked"] = len(reqs) / c, asked / c
             if rule:

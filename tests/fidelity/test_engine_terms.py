@@ -295,16 +295,17 @@ def test_a_serial_front_end_takes_a_request_once_its_backlog_fits_the_slack(send
 
 @given(clients=st.integers(2, 16), isl=st.sampled_from([256, 1024, 3000]),
        osl=st.integers(8, 48), mode=st.sampled_from(["spread", "together", "together-after-two",
-                                                    None]))
+                                                    "random", None]))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
     """A measured run is simulated with its clients spread over a request's zero-load
     lifetime and its mean after two rounds, or started together with the mean over every
     request they sent, the first rounds too (the runs of CLIENTS_TOGETHER, TensorRT-LLM on
     H200: mode None picks it by the case's engine and GPU), or together with the mean after
-    two rounds. Each computed here from a run of the simulator of its own."""
+    two rounds, or at random over the lifetime (a recipe's jittered clients). Each computed
+    here from a run of the simulator of its own."""
     from hastune.fidelity.rows import Case
-    from hastune.fidelity.run import client_model, recipe_for, simulate
+    from hastune.fidelity.run import client_model, recipe_clients, recipe_for, simulate
     from hastune.workload import sample_requests
 
     gpu = "h200-141gb" if clients % 2 else "h100-80gb"
@@ -313,18 +314,20 @@ def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
     t = _terms(0.9, 5e-4, 1e-5, 0.0, 0.0, engine="trtllm")
     assert client_model(case, t) == ("together" if ("trtllm", gpu) in et.CLIENTS_TOGETHER
                                      else "spread")
-    # SGLang's rows start as its recipes' closed loops do: together (its waits vary)
+    # SGLang's measured rows start together, as benchmark tools start clients (its waits
+    # vary); its recipes' closed loops start them at random over a request's lifetime
     sg = F.terms("sglang", "h200-141gb", et.scheduler_defaults("sglang", 141), F.PRIOR)
     assert client_model(replace(case, engine="sglang"), sg) == "together-after-two"
+    assert recipe_clients(sg) == "random" and recipe_clients(t) == "spread"
     rec = recipe_for(case, {}, ROOT / "examples")
     got = simulate(case, PROFILE, t, rec, clients=mode)
     want = mode or client_model(case, t)
     prof = et.apply(PROFILE, t)
     pt = prof.for_tp(2)
-    ramp = 0.0 if want != "spread" else (pt.prefill.latency(isl, isl * isl)
-                                         + (osl - 1) * pt.decode.step(1, isl + osl / 2))
+    ramp = 0.0 if want not in ("spread", "random") else (
+        pt.prefill.latency(isl, isl * isl) + (osl - 1) * pt.decode.step(1, isl + osl / 2))
     reqs = replace(et.with_frontend(sample_requests(rec.workload, rec.workload.requests, 0), t),
-                   ramp_s=ramp, steady=False)
+                   ramp_s=ramp, steady=False, ramp_random=want == "random")
     cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=2, pp=1), t)
     res = NoDGSimulator(prof, rec.cluster, cfg, warmup=0.0).run(reqs, float(clients))
     tt = res.ttft if want == "together" else res.ttft[2 * clients:]
@@ -335,21 +338,22 @@ def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
 
 
 @given(clients=st.integers(2, 24), spread=st.sampled_from([0.0, 0.5, 1.0]),
-       stream=st.sampled_from([0.0, 1e-3, 4e-3]), engine=st.sampled_from(list(et.ENGINES)))
+       stream=st.sampled_from([0.0, 1e-3, 4e-3]), engine=st.sampled_from(list(et.ENGINES)),
+       seed=st.integers(0, 1000))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_a_recipes_clients_start_together_only_where_their_waits_vary(clients, spread, stream,
-                                                                       engine):
-    """A recipe's closed loop starts its clients spread over a request's lifetime, unless
-    the front end's waits vary (the requests' own jitter): then at t = 0, as benchmark tools
-    start them. Checked on the evaluator's request set and on when the first requests reach
-    the engine."""
+def test_a_recipes_clients_start_at_random_only_where_their_waits_vary(clients, spread, stream,
+                                                                       engine, seed):
+    """A recipe's closed loop starts its clients evenly over a request's lifetime, unless
+    the front end's waits vary (the requests' own jitter): then at independent random times
+    over it, drawn from the seed (the same again for the same seed). Checked on the
+    evaluator's request set and on when the clients send their first requests."""
     from hastune.evaluate import Evaluation
     from hastune.recipe import Recipe
     from hastune.sim.common import Arrivals
 
     rec = Recipe.model_validate({
         "name": "x", "model": "llama-30b", "cluster": {"gpu": "a100-80gb", "gpus": 2},
-        "engine": {"name": engine, "terms": True},
+        "engine": {"name": engine, "terms": True}, "seed": seed,
         "workload": {"requests": clients * 6, "arrival": {"process": "closed", "think_s": 0.0},
                      "prompt_tokens": {"dist": "fixed", "mean": 512, "min": 1, "max": 512},
                      "output_tokens": {"dist": "fixed", "mean": 16, "min": 1, "max": 16}},
@@ -357,12 +361,20 @@ def test_a_recipes_clients_start_together_only_where_their_waits_vary(clients, s
     ev = Evaluation(rec, PROFILE)
     fe = et.FrontEnd(0.0, 0.0, stream, spread)
     reqs = replace(ev.requests, frontend=fe)
-    together = et.starts_together(reqs.frontend)
-    assert together == (spread > 0)
+    jittered = et.jittered(reqs.frontend)
+    assert jittered == (spread > 0)
     got = ev._ramped(replace(reqs, ramp_s=0.0))
-    assert got.ramp_s == (0.0 if together else pytest.approx(ev.lifetime_s))
-    first = Arrivals(got, float(clients)).times[:clients]
-    if together:  # all sent at t = 0; each reaches the engine after its own wait
-        assert min(first) >= 0.0 and len(set(first)) == (clients if stream > 0 else 1)
-    else:  # evenly over the lifetime
-        assert first[-1] > first[0] or ev.lifetime_s == 0.0
+    assert got.ramp_s == pytest.approx(ev.lifetime_s) and got.ramp_random == jittered
+
+    def first_sent(r) -> list[float]:
+        a = Arrivals(r, float(clients))
+        return list((a.sent or a.times)[:clients])
+
+    first = np.array(first_sent(got))
+    assert ev.lifetime_s > 0
+    assert (first >= 0.0).all() and (first < ev.lifetime_s).all()
+    gaps = np.diff(first)
+    assert (gaps >= 0).all()
+    even = np.allclose(gaps, ev.lifetime_s / clients, rtol=1e-9)
+    assert even != jittered
+    assert first_sent(ev._ramped(replace(reqs, ramp_s=0.0))) == list(first)  # the seed's draw

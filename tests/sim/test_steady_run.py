@@ -122,11 +122,14 @@ def test_steady_run_doubles_until_settled_within_its_cap(clients, start, transie
     assert max(lens) <= cap
     assert len(run.ttft) == lens[-1]
     assert run.extra["rounds"] == lens[-1] / clients
-    for m in lens[:-1]:  # every run before the last was unsettled
-        assert not warmup.settled(sim.run(_make(True)(m), clients), clients)
-    assert lens[-1] == cap or warmup.settled(run, clients)
+    before = None
+    for m in lens[:-1]:  # every run before the last was not known
+        r = sim.run(_make(True)(m), clients)
+        assert not warmup.known(r, clients, before)
+        before = warmup._judged_mean(r, clients)
+    assert lens[-1] == cap or warmup.known(run, clients, before)
     # it says whether it stopped settled, and a result's caveats say so when not
-    assert run.extra["settled"] is bool(warmup.settled(run, clients))  # a bool, for JSON
+    assert run.extra["settled"] is warmup.known(run, clients, before)  # a bool, for JSON
     said = closed_loop(run.extra)
     assert bool(said) == (not run.extra["settled"])
     if said:
@@ -140,3 +143,36 @@ def test_a_benchmarks_run_is_run_once():
     run = warmup.steady_run(sim, _make(False), 4 * 40, 4)
     assert sim.lengths == [160] and len(run.ttft) == 160
     assert "settled" not in run.extra and closed_loop(run.extra) == []  # no rule, no verdict
+
+
+def _series_run(y: np.ndarray, clients: int, warm: int = 2) -> RunResult:
+    return RunResult(rate=float(clients), ttft=np.repeat(y, clients),
+                     tpot=np.full(len(y) * clients, 0.01), warmup=warm * clients)
+
+
+@given(level=st.floats(0.05, 5.0), clients=st.integers(1, 16), off=st.floats(0.04, 0.5),
+       sign=st.sampled_from([-1, 1]), seed=st.integers(0, 10_000))
+@settings(max_examples=60, deadline=None)
+def test_a_run_is_known_when_precise_or_when_it_agrees_with_its_first_half(level, clients, off,
+                                                                          sign, seed):
+    """A settled run whose standard error is between SURE and PRECISION is known only if its
+    steady mean is within AGREE of the run half its length (`before`); one precise to SURE is
+    known alone; one that is not settled is never known."""
+    rng = np.random.default_rng(seed)
+    rounds = 200
+    # noise for a standard error of ~1% (between SURE and PRECISION): i.i.d. rounds
+    noisy = level * (1 + 0.14 * rng.standard_normal(rounds))
+    r = _series_run(noisy, clients)
+    r.warmup = steady_start(r.ttft, clients)
+    if not warmup.settled(r, clients):
+        assert not warmup.known(r, clients, None)
+        return
+    se = warmup.standard_error(warmup.steady_rounds(r, clients))
+    m = float(warmup.steady_rounds(r, clients).mean())
+    if se > warmup.SURE:
+        assert not warmup.known(r, clients, None)
+        assert warmup.known(r, clients, m * (1 + 0.5 * warmup.AGREE))
+        assert not warmup.known(r, clients, m * (1 + sign * max(off, 2 * warmup.AGREE)))
+    calm = _series_run(level * (1 + 1e-4 * rng.standard_normal(rounds)), clients)
+    assert warmup.known(calm, clients, None)
+    assert warmup.known(calm, clients, level * (1 + off))  # precise: no need to agree
