@@ -274,13 +274,14 @@ def jittered(fe: FrontEnd | None) -> bool:
     `frontend_of`) carry their own jitter: each one's front-end wait varies (FrontEnd.spread
     > 0, SGLang's). Identical clients without it stay in lockstep from a start together, so a
     recipe's closed loop spreads them evenly over a request's lifetime (RequestSet.ramp_s).
-    Jittered ones forget how they started, slowly: started together (as benchmark tools start
-    them, and as `hastune fidelity` simulates the measured runs) they peel apart over hundreds
-    of rounds (Llama-3.1-8B on SGLang's H200 terms, TP 1, 64 clients of 8000 + 1000 tokens:
-    mean TTFT 715 ms over the first 100 rounds, 440 from round 800 on), and from an even
-    stagger they clump. A recipe's closed loop starts them at independent random times over
-    the loaded cycle (RequestSet.ramp_random), where they already are in the steady state
-    (benchmarks/closed_loop_starts.py)."""
+    Jittered ones start together, at t = 0, as benchmark tools start them (issue 13's client
+    model), in a recipe's closed loop and in `hastune fidelity`. They forget that start
+    slowly (Llama-3.1-8B on SGLang's H200 terms, TP 1, 64 clients of 8000 + 1000 tokens: mean
+    TTFT 715 ms over the first 100 rounds, 440 from round 800 on; hastune.sim.warmup.known
+    runs them until their mean is known), and where they are KV-bound not at all: 512 clients
+    started at random (RequestSet.ramp_random) or spread settle at about half the TTFT of a
+    start together, and the measured runs are at the latter (benchmarks/closed_loop_starts.py,
+    docs/fidelity.md)."""
     return fe is not None and fe.spread > 0
 
 

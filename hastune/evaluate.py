@@ -106,16 +106,18 @@ class Evaluation:
 
     def _ramped(self, reqs: RequestSet) -> RequestSet:
         """Closed loop: the clients start evenly over one zero-load request lifetime (each run
-        lengthens it to the loaded cycle where a pilot finds that longer: _run) — at random
-        over it where the requests carry their own jitter (engine_terms.jittered). Open loop:
-        a serial front end's slack is that lifetime (RequestSet.life_s)."""
+        lengthens it to the loaded cycle where a pilot finds that longer: _run) — or together,
+        as benchmark tools start them, where the requests carry their own jitter
+        (engine_terms.jittered). Open loop: a serial front end's slack is that lifetime
+        (RequestSet.life_s)."""
         if not self.closed:
             fe = reqs.frontend
             if fe is not None and fe.stream_token_s > 0:
                 return dataclasses.replace(reqs, life_s=self.lifetime_s)
             return reqs
-        return dataclasses.replace(reqs, ramp_s=self.lifetime_s,
-                                   ramp_random=engine_terms.jittered(reqs.frontend))
+        if engine_terms.jittered(reqs.frontend):
+            return reqs
+        return dataclasses.replace(reqs, ramp_s=self.lifetime_s)
 
     @property
     def requests(self) -> RequestSet:

@@ -67,26 +67,27 @@ def recipe_for(case: Case, models: dict[str, str], path: Path,
 # evenly over a request's zero-load lifetime, the mean after two rounds (a benchmark's);
 # "together" — started at once, the mean over every request, the first round's too (the runs
 # of engine_terms.CLIENTS_TOGETHER); "together-after-two" — started at once, the mean after
-# two rounds (the measured runs of clients with their own jitter, SGLang's; benchmarks/
-# fidelity_client_models.py); "random" — started at independent random times over that
-# lifetime (as a recipe's closed loop starts clients with their own jitter: `recipe_clients`)
+# two rounds (clients with their own jitter, SGLang's, as benchmark tools start them: the
+# measured runs and a recipe's closed loop; benchmarks/fidelity_client_models.py); "random" —
+# started at independent random times over that lifetime (benchmarks/closed_loop_starts.py)
 CLIENT_MODELS = ("spread", "together", "together-after-two", "random")
 
 
 def client_model(case: Case, terms: et.EngineTerms | None) -> str:
     """The client model a measured case is simulated with (under `terms`): as the runs of
-    engine_terms.CLIENTS_TOGETHER were measured; clients with their own jitter
-    (engine_terms.jittered) started together, as benchmark tools start them; else spread."""
+    engine_terms.CLIENTS_TOGETHER were measured; else as a recipe's closed loop starts them
+    (`recipe_clients`)."""
     if (case.engine, case.gpu) in et.CLIENTS_TOGETHER:
         return "together"
-    return "together-after-two" if et.jittered(et.frontend_of(terms)) else "spread"
+    return recipe_clients(terms)
 
 
 def recipe_clients(terms: et.EngineTerms | None) -> str:
     """How a recipe's closed loop under `terms` starts its clients (hastune.evaluate's
-    _ramped): at random over a request's lifetime where the requests carry their own jitter
-    (engine_terms.jittered), else evenly over it."""
-    return "random" if et.jittered(et.frontend_of(terms)) else "spread"
+    _ramped): together, counted after two rounds, where the requests carry their own jitter
+    (engine_terms.jittered), as benchmark tools start them; else evenly over a request's
+    lifetime."""
+    return "together-after-two" if et.jittered(et.frontend_of(terms)) else "spread"
 
 
 def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Recipe,

@@ -314,11 +314,10 @@ def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
     t = _terms(0.9, 5e-4, 1e-5, 0.0, 0.0, engine="trtllm")
     assert client_model(case, t) == ("together" if ("trtllm", gpu) in et.CLIENTS_TOGETHER
                                      else "spread")
-    # SGLang's measured rows start together, as benchmark tools start clients (its waits
-    # vary); its recipes' closed loops start them at random over a request's lifetime
+    # SGLang's rows start as its recipes' closed loops do: together (its waits vary)
     sg = F.terms("sglang", "h200-141gb", et.scheduler_defaults("sglang", 141), F.PRIOR)
     assert client_model(replace(case, engine="sglang"), sg) == "together-after-two"
-    assert recipe_clients(sg) == "random" and recipe_clients(t) == "spread"
+    assert recipe_clients(sg) == "together-after-two" and recipe_clients(t) == "spread"
     rec = recipe_for(case, {}, ROOT / "examples")
     got = simulate(case, PROFILE, t, rec, clients=mode)
     want = mode or client_model(case, t)
@@ -338,22 +337,21 @@ def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
 
 
 @given(clients=st.integers(2, 24), spread=st.sampled_from([0.0, 0.5, 1.0]),
-       stream=st.sampled_from([0.0, 1e-3, 4e-3]), engine=st.sampled_from(list(et.ENGINES)),
-       seed=st.integers(0, 1000))
+       stream=st.sampled_from([0.0, 1e-3, 4e-3]), engine=st.sampled_from(list(et.ENGINES)))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_a_recipes_clients_start_at_random_only_where_their_waits_vary(clients, spread, stream,
-                                                                       engine, seed):
+def test_a_recipes_clients_start_together_only_where_their_waits_vary(clients, spread, stream,
+                                                                       engine):
     """A recipe's closed loop starts its clients evenly over a request's lifetime, unless
-    the front end's waits vary (the requests' own jitter): then at independent random times
-    over it, drawn from the seed (the same again for the same seed). Checked on the
-    evaluator's request set and on when the clients send their first requests."""
+    the front end's waits vary (the requests' own jitter): then at t = 0, as benchmark tools
+    start them. Checked on the evaluator's request set and on when the first requests reach
+    the engine."""
     from hastune.evaluate import Evaluation
     from hastune.recipe import Recipe
     from hastune.sim.common import Arrivals
 
     rec = Recipe.model_validate({
         "name": "x", "model": "llama-30b", "cluster": {"gpu": "a100-80gb", "gpus": 2},
-        "engine": {"name": engine, "terms": True}, "seed": seed,
+        "engine": {"name": engine, "terms": True},
         "workload": {"requests": clients * 6, "arrival": {"process": "closed", "think_s": 0.0},
                      "prompt_tokens": {"dist": "fixed", "mean": 512, "min": 1, "max": 512},
                      "output_tokens": {"dist": "fixed", "mean": 16, "min": 1, "max": 16}},
@@ -361,20 +359,34 @@ def test_a_recipes_clients_start_at_random_only_where_their_waits_vary(clients, 
     ev = Evaluation(rec, PROFILE)
     fe = et.FrontEnd(0.0, 0.0, stream, spread)
     reqs = replace(ev.requests, frontend=fe)
-    jittered = et.jittered(reqs.frontend)
-    assert jittered == (spread > 0)
+    together = et.jittered(reqs.frontend)
+    assert together == (spread > 0)
     got = ev._ramped(replace(reqs, ramp_s=0.0))
-    assert got.ramp_s == pytest.approx(ev.lifetime_s) and got.ramp_random == jittered
+    assert got.ramp_s == (0.0 if together else pytest.approx(ev.lifetime_s))
+    assert not got.ramp_random
+    first = Arrivals(got, float(clients)).times[:clients]
+    if together:  # all sent at t = 0; each reaches the engine after its own wait
+        assert min(first) >= 0.0 and len(set(first)) == (clients if stream > 0 else 1)
+    else:  # evenly over the lifetime
+        assert first[-1] > first[0] or ev.lifetime_s == 0.0
 
-    def first_sent(r) -> list[float]:
-        a = Arrivals(r, float(clients))
-        return list((a.sent or a.times)[:clients])
 
-    first = np.array(first_sent(got))
-    assert ev.lifetime_s > 0
-    assert (first >= 0.0).all() and (first < ev.lifetime_s).all()
-    gaps = np.diff(first)
-    assert (gaps >= 0).all()
-    even = np.allclose(gaps, ev.lifetime_s / clients, rtol=1e-9)
-    assert even != jittered
-    assert first_sent(ev._ramped(replace(reqs, ramp_s=0.0))) == list(first)  # the seed's draw
+@given(clients=st.integers(2, 24), ramp=st.floats(0.01, 50.0), seed=st.integers(0, 10_000))
+@settings(max_examples=30, deadline=None)
+def test_clients_started_at_random_start_within_the_ramp_from_their_seed(clients, ramp, seed):
+    """RequestSet.ramp_random: each client's first send at an independent uniform time over
+    the ramp (sorted), the same for the same seed, not the even stagger."""
+    from hastune.sim.warmup import client_starts
+    from hastune.workload import RequestSet
+
+    n = clients * 3
+    z = np.zeros(n)
+    reqs = RequestSet(np.ones(n), z.astype(np.int64), z, z, np.full(n, 100.0),
+                      np.full(n, 10.0), seed, think_s=0.0, ramp_s=ramp, ramp_random=True)
+    got = np.array(client_starts(reqs, clients))
+    assert len(got) == clients and (got >= 0).all() and (got < ramp).all()
+    assert (np.diff(got) >= 0).all()
+    assert client_starts(reqs, clients) == list(got)
+    even = client_starts(replace(reqs, ramp_random=False), clients)
+    assert even == pytest.approx([i * ramp / clients for i in range(clients)])
+    assert not np.allclose(got, even)
