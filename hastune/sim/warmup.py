@@ -130,9 +130,7 @@ def settled(run, clients: float) -> bool:
     early, or too short to batch, is taken as it is."""
     c = max(1, int(round(clients)))
     k = len(run.ttft) // c
-    if "stopped_early_s" in run.extra or k < 2 * FLOOR_ROUNDS + 2:
-        return True
-    if not np.isfinite(run.ttft[:k * c]).all():
+    if _as_it_is(run, c):
         return True
     if run.warmup // c >= k // 2 - 1:  # MSER's cut at its bound
         return False
@@ -174,13 +172,19 @@ def _judged_mean(run, clients: float) -> float | None:
     """The steady mean TTFT of a run `settled` judges (None where it takes the run as it is:
     stopped early, a rejected or unfinished request, too short to batch)."""
     c = max(1, int(round(clients)))
-    k = len(run.ttft) // c
-    if "stopped_early_s" in run.extra or k < 2 * FLOOR_ROUNDS + 2:
-        return None
-    if not np.isfinite(run.ttft[:k * c]).all():
+    if _as_it_is(run, c):
         return None
     y = steady_rounds(run, c)
     return float(y.mean()) if len(y) >= BATCHES else None
+
+
+def _as_it_is(run, c: int) -> bool:
+    """A run no rule judges: stopped early, too short for a warm-up and batches, or with a
+    rejected or unfinished request (TTFT inf or nan)."""
+    k = len(run.ttft) // c
+    if "stopped_early_s" in run.extra or k < 2 * FLOOR_ROUNDS + 2:
+        return True
+    return not np.isfinite(run.ttft[:k * c]).all()
 
 
 def standard_error(y: np.ndarray) -> float:
