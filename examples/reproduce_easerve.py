@@ -3,7 +3,7 @@
 three shipped A100 recipes (image: LLaVA-v1.6-34B, video: Qwen2.5-VL-32B, audio:
 Ultravox-v0.6-27B; 8× A100-80GB), each system at its best configuration.
 
-Run (one core, a few minutes; cached in docs/reproduction/easerve.json):
+Run (one core, about half an hour; cached in docs/reproduction/easerve.json):
 
     OMP_NUM_THREADS=1 python examples/reproduce_easerve.py
 
