@@ -9,7 +9,7 @@ engine's fitted terms (hastune/engine_fitted.py) or none, and prints the distrib
 |mean TTFT(400) / mean TTFT(40) − 1| and the rows over 5%. `--client recipe` (default): the
 client model a recipe's closed loop gets (clients spread over one zero-load lifetime, or over
 the loaded cycle a pilot run finds where that is longer — started together where the front
-end's waits vary, SGLang's: hastune.engine_terms.starts_together — the mean from where the
+end's waits vary, SGLang's: hastune.engine_terms.jittered — the mean from where the
 steady state begins, the run doubled until that mean is known: hastune.sim.warmup.steady_run — the
 figures also say how many more rounds the 40-round runs took);
 `measured`: the one `hastune fidelity` simulates those rows with, which for some (engine, GPU)
