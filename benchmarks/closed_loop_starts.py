@@ -14,7 +14,7 @@ over 5% with the measured TTFT beside them. Identical, deterministic clients tha
 together stay in lockstep (vLLM, TensorRT-LLM: the reason a recipe starts them spread,
 docs/fidelity.md); SGLang's front-end waits vary, so its clients forget how they started —
 slowly, and where they do not, its steady state depends on the start. A recipe starts them
-at random (hastune.engine_terms.jittered).
+together, as benchmark tools do (hastune.engine_terms.jittered).
 """
 
 from __future__ import annotations

@@ -302,8 +302,8 @@ def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
     lifetime and its mean after two rounds, or started together with the mean over every
     request they sent, the first rounds too (the runs of CLIENTS_TOGETHER, TensorRT-LLM on
     H200: mode None picks it by the case's engine and GPU), or together with the mean after
-    two rounds, or at random over the lifetime (a recipe's jittered clients). Each computed
-    here from a run of the simulator of its own."""
+    two rounds, or at random over the lifetime (benchmarks/closed_loop_starts.py). Each
+    computed here from a run of the simulator of its own."""
     from hastune.fidelity.rows import Case
     from hastune.fidelity.run import client_model, recipe_clients, recipe_for, simulate
     from hastune.workload import sample_requests
