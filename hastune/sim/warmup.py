@@ -128,19 +128,7 @@ def settled(run, clients: float) -> bool:
     differ by more than DRIFT, or if the standard error of its mean over BATCHES batch means
     of whole rounds is over PRECISION. A run with a rejected or unfinished request, stopped
     early, or too short to batch, is taken as it is."""
-    c = max(1, int(round(clients)))
-    k = len(run.ttft) // c
-    if _as_it_is(run, c):
-        return True
-    if run.warmup // c >= k // 2 - 1:  # MSER's cut at its bound
-        return False
-    y = steady_rounds(run, c)
-    if len(y) < BATCHES:
-        return True
-    h = len(y) // 2
-    if abs(y[h:].mean() / y[:h].mean() - 1.0) > DRIFT:
-        return False
-    return standard_error(y) <= PRECISION
+    return _judged(run, clients)[0]
 
 
 def steady_rounds(run, clients: float) -> np.ndarray:
@@ -158,33 +146,40 @@ def known(run, clients: float, before: float | None) -> bool:
     clients of 8000 + 100 tokens: 80 rounds, MSER cutting 37, a standard error of 1.4% on a
     mean 7% under the 400-round one). The run before, whose requests are this one's first
     half, sees another part of the swing."""
-    if not settled(run, clients):
-        return False
-    m = _judged_mean(run, clients)
-    if m is None:
-        return True  # a run `settled` takes as it is
-    if standard_error(steady_rounds(run, clients)) <= SURE:
+    ok, y = _judged(run, clients)
+    if not ok or y is None:  # not settled, or a run `settled` takes as it is
+        return ok
+    if standard_error(y) <= SURE:
         return True
-    return before is not None and abs(m / before - 1.0) <= AGREE
+    return before is not None and abs(float(y.mean()) / before - 1.0) <= AGREE
 
 
 def _judged_mean(run, clients: float) -> float | None:
     """The steady mean TTFT of a run `settled` judges (None where it takes the run as it is:
     stopped early, a rejected or unfinished request, too short to batch)."""
+    y = _judged(run, clients)[1]
+    return None if y is None else float(y.mean())
+
+
+def _judged(run, clients: float) -> tuple[bool, np.ndarray | None]:
+    """`settled`'s verdict on a run and the steady round means it judged it on (None for a
+    run it takes as it is: stopped early, too short for a warm-up and BATCHES batches, or
+    with a rejected or unfinished request, TTFT inf or nan)."""
     c = max(1, int(round(clients)))
-    if _as_it_is(run, c):
-        return None
-    y = steady_rounds(run, c)
-    return float(y.mean()) if len(y) >= BATCHES else None
-
-
-def _as_it_is(run, c: int) -> bool:
-    """A run no rule judges: stopped early, too short for a warm-up and batches, or with a
-    rejected or unfinished request (TTFT inf or nan)."""
     k = len(run.ttft) // c
     if "stopped_early_s" in run.extra or k < 2 * FLOOR_ROUNDS + 2:
-        return True
-    return not np.isfinite(run.ttft[:k * c]).all()
+        return True, None
+    if not np.isfinite(run.ttft[:k * c]).all():
+        return True, None
+    y = steady_rounds(run, c)
+    if len(y) < BATCHES:
+        return run.warmup // c < k // 2 - 1, None  # unless MSER's cut is at its bound
+    if run.warmup // c >= k // 2 - 1:  # MSER's cut at its bound
+        return False, y
+    h = len(y) // 2
+    if abs(y[h:].mean() / y[:h].mean() - 1.0) > DRIFT:
+        return False, y
+    return standard_error(y) <= PRECISION, y
 
 
 def standard_error(y: np.ndarray) -> float:
