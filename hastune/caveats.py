@@ -32,9 +32,11 @@ def closed_loop(extra: dict) -> list[str]:
             "may still drift in a longer run (docs/fidelity.md, how long a closed loop runs)"]
 
 
-def caveats(terms: dict, config: Any, rate_rps: float) -> list[str]:
+def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None = None
+            ) -> list[str]:
     """The caveats of a result of `config` at `rate_rps` (a goodput, or the rate of one run)
-    under the engine terms `terms` (hastune.engine_terms.record) on a kernel-table profile."""
+    under the engine terms `terms` (hastune.engine_terms.record) on a kernel-table profile,
+    with `in_flight` requests in the system there (None: not known)."""
     out = []
     engine, on = terms["engine"], bool(terms["on"])
     label = LABEL.get(engine, engine)
@@ -59,6 +61,7 @@ def caveats(terms: dict, config: Any, rate_rps: float) -> list[str]:
             f"measured runs did not pass (benchmarks/server_ceilings.py); that ceiling is not "
             f"simulated, so the real figure may be as low as {cap * n:.1f} req/s "
             "(docs/fidelity.md, what is not modelled)")
+    out += _streams_past_the_fit(terms, config, in_flight, label)
     if engine == "trtllm" and on:
         out.append("TensorRT-LLM's engine terms miss the fidelity bar on TTFT (cross-validated "
                    "against its measured runs; docs/fidelity.md, the scorecard): its TTFT "
@@ -72,3 +75,21 @@ def caveats(terms: dict, config: Any, rate_rps: float) -> list[str]:
                    f"only; this {arch.name} run goes without them, and with many clients "
                    "SGLang's TTFT there can be higher than simulated (docs/fidelity.md)")
     return out
+
+
+def _streams_past_the_fit(terms: dict, config: Any, in_flight: float | None, label: str
+                          ) -> list[str]:
+    """The front end's wait per request in flight (frontend_per_stream_s) taken past the most
+    clients of a run the terms were fitted on (clients_max): a linear term extrapolated."""
+    wait, most = terms.get("frontend_per_stream_s", 0.0), terms.get("clients_max", 0)
+    if not terms["on"] or in_flight is None or wait <= 0 or most <= 0:
+        return []
+    n = archs.of(config).streams(config)
+    k = in_flight / n
+    if k <= most:
+        return []
+    return [f"about {k:.0f} requests in flight per instance that streams tokens ({n}), past "
+            f"the {most} clients of the most loaded run {label}'s engine terms were fitted "
+            f"on: the front end's wait of {wait * 1e3:.2f} ms per request in flight "
+            f"({k * wait:.2f} s of TTFT here) is extrapolated that far, unchecked "
+            "(docs/fidelity.md, what is not modelled)"]

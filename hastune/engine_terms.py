@@ -152,6 +152,7 @@ class EngineTerms:
     frontend: FrontEnd = FrontEnd()
     fitted_on: str = ""        # what the terms were fitted on (rows, CV), for the record
     prefill_scale: float = 1.0  # the prompt tokens' kernels: this × kernel_scale × the tables'
+    clients_max: int = 0       # the most closed-loop clients of a run fitted on (0: unknown)
 
 
 def scheduler_defaults(engine: str, gpu_memory_gib: float, gpu: str = "") -> Scheduler:
@@ -205,7 +206,8 @@ def terms_for(engine: str, gpu: str, gpu_memory_gib: float) -> EngineTerms:
                   per_made_token_s=FRONTEND_TOKEN_S.get(engine, (0.0, 0.0))[1])
     return EngineTerms(engine, gpu if (engine, gpu) in FITTED else None, sched,
                        row["iteration_s"], row["per_seq_s"], row["kernel_scale"], fe,
-                       row.get("fitted_on", ""), row.get("prefill_scale", 1.0))
+                       row.get("fitted_on", ""), row.get("prefill_scale", 1.0),
+                       row.get("clients_max", 0))
 
 
 def _section(v: TPVariant | Profile, t: EngineTerms):
@@ -310,7 +312,8 @@ def record(engine, profile: Profile, t: EngineTerms | None) -> dict:
     fe = t.frontend
     return {"on": True, "engine": t.engine, "gpu": profile.gpu,
             "fitted_for": t.gpu or "pooled",
-            "fitted_on": t.fitted_on, "kernel_scale": t.kernel_scale,
+            "fitted_on": t.fitted_on, "clients_max": t.clients_max,
+            "kernel_scale": t.kernel_scale,
             "prefill_scale": t.prefill_scale, "iteration_s": t.iteration_s,
             "per_seq_s": t.per_seq_s, "frontend_s": fe.request_s,
             "frontend_per_stream_s": fe.per_stream_s, "stream_token_s": fe.stream_token_s,

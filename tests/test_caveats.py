@@ -111,5 +111,75 @@ def test_a_measured_profile_gets_no_caveats_and_the_cli_prints_them(tmp_path):
                         "40", "--requests", "200", "--json"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode in (0, 3), r.stderr
-    out = json.loads(r.stdout)["caveats"]  # terms on, H100's own: the ceiling and the bar
-    assert len(out) == 2 and "40.0 req/s per instance" in out[0]
+    # terms on, H100's own: the ceiling, the per-stream wait past the fitted clients (an
+    # overloaded open loop holds thousands) and the bar
+    out = json.loads(r.stdout)["caveats"]
+    assert len(out) == 3 and "40.0 req/s per instance" in out[0]
+    assert "past the 128 clients" in out[1] and "fidelity bar" in out[2]
+
+
+@given(cfg=configs(), on=st.booleans(), wait=st.sampled_from((0.0, 3.05e-3)),
+       most=st.sampled_from((0, 64, 128)), in_flight=st.none() | st.floats(0.0, 5000.0))
+@settings(max_examples=200, deadline=None)
+def test_a_per_stream_wait_past_the_fitted_clients_is_said(cfg, on, wait, most, in_flight):
+    rec = {"on": on, "engine": "vllm", "gpu": "h200-141gb", "fitted_for": "h200-141gb",
+           "fitted_on": "rows", "frontend_per_stream_s": wait, "clients_max": most}
+    if not on:
+        rec = {"on": False, "engine": "vllm", "why": "off"}
+    out = [c for c in caveats(rec, cfg, 1.0, in_flight) if "in flight per instance" in c]
+    n = archs.of(cfg).streams(cfg)
+    past = on and wait > 0 and most > 0 and in_flight is not None and in_flight / n > most
+    assert bool(out) == past
+    if past:  # the count per server, the fitted most, the wait and what it adds
+        assert f"about {in_flight / n:.0f} requests" in out[0] and f"({n})" in out[0]
+        assert f"the {most} clients" in out[0] and "3.05 ms" in out[0]
+        assert f"{in_flight / n * wait:.2f} s of TTFT" in out[0]
+
+
+def test_the_shipped_terms_know_their_most_clients_and_the_record_carries_them():
+    """clients_max of each shipped (engine, GPU) is the most clients of its measured runs."""
+    from hastune import engine_terms as et
+    from hastune.engine_fitted import FITTED
+    from hastune.fidelity.rows import read_cases
+    from hastune.model_ref import Engine
+    from hastune.profile import load_profile
+
+    path = ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv"
+    most: dict = {}
+    for c in read_cases(path):
+        most[c.group] = max(most.get(c.group, 0), c.clients)
+    assert {k: row["clients_max"] for k, row in FITTED.items()} == most
+    prof = load_profile(ROOT / "profiles" / "a100-80gb" / "llama-30b.yaml")
+    for (engine, gpu), m in most.items():
+        t = et.terms_for(engine, gpu, 80.0)
+        assert t.clients_max == m
+        rec = et.record(Engine(name=engine, terms=True), prof.model_copy(update={"gpu": gpu}), t)
+        assert rec["clients_max"] == m
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 100.0), st.floats(0.01, 50.0)), min_size=1,
+                max_size=50), st.integers(0, 3))
+@settings(max_examples=50, deadline=None)
+def test_requests_in_flight_are_the_time_average_of_the_measured_ones(audio, reqs, warm):
+    """Open loop: Σ (finish − arrival) over the span from the first arrival to the last
+    finish, of the requests after the warm-up; closed loop: the clients."""
+    import numpy as np
+
+    from hastune.runs import RunResult
+
+    a = np.array([x for x, _ in reqs])
+    f = a + np.array([d for _, d in reqs])
+    run = RunResult(rate=3.0, ttft=np.zeros(len(a)), tpot=np.zeros(len(a)),
+                    warmup=min(warm, len(a) - 1), arrival=a, finish=f)
+    m = slice(run.warmup, None)
+    want = float((f[m] - a[m]).sum() / (f[m].max() - a[m].min()))
+    got = audio._in_flight(3.0, run)
+    assert got is not None and abs(got - want) <= 1e-9 * max(1.0, want)
+    assert got <= len(a[m]) * (1 + 1e-12)  # never more than the requests there were
+    assert audio._in_flight(3.0, None) is None
+    mp = pytest.MonkeyPatch()
+    mp.setattr(audio, "closed", True)  # closed loop: the rate is the clients
+    try:
+        assert audio._in_flight(3.0, run) == 3.0 and audio._in_flight(7.0, None) == 7.0
+    finally:
+        mp.undo()

@@ -12,8 +12,9 @@ TARGET = Path(__file__).resolve().parent.parent / "engine_fitted.py"
 
 HEADER = '''"""Engine terms fitted on measured end-to-end runs (hastune.engine_terms; written by
 `hastune fidelity {file} --write`, from {rows} rows, sha256 {sha}).
-Keys: (engine, GPU). POOLED names, per engine, the GPU whose terms apply on GPUs it has no
-measurements on (its GPU with the most rows). Fitted on that file only (docs/fidelity.md)."""
+Keys: (engine, GPU); clients_max is the most closed-loop clients of a run fitted on. POOLED
+names, per engine, the GPU whose terms apply on GPUs it has no measurements on (its GPU with
+the most rows). Fitted on that file only (docs/fidelity.md)."""
 
 FITTED: dict[tuple[str, str], dict] = {{
 '''
@@ -23,8 +24,10 @@ def write_fitted(card, source: str | Path, target: Path = TARGET) -> Path:
     src = Path(source)
     sha = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
     counts: dict[tuple[str, str], int] = {}
+    clients: dict[tuple[str, str], int] = {}  # the most clients of a run fitted on
     for r in card.rows:
         counts[r.case.group] = counts.get(r.case.group, 0) + 1
+        clients[r.case.group] = max(clients.get(r.case.group, 0), r.case.clients)
     lines = [HEADER.format(file=src.name, rows=len(card.rows), sha=sha)]
     best: dict[str, tuple[str, str]] = {}
     for g in sorted(card.terms):
@@ -35,6 +38,7 @@ def write_fitted(card, source: str | Path, target: Path = TARGET) -> Path:
         vals = {k: _round(float(x)) for k, x in zip(NAMES, card.terms[g])
                 if k != "prefill_scale" or float(x) != 1.0}  # held at 1: left out
         body = "".join(f"        {k!r}: {v!r},\n" for k, v in vals.items())
+        body += f"        'clients_max': {clients[g]},\n"
         body += f"        'fitted_on': '{counts[g]} rows of {src.name} ({g[0]} on {g[1]})',\n"
         lines.append(f"    {key!r}: {{\n{body}    }},\n")
     lines.append("}\n\nPOOLED: dict[str, str] = {\n")
