@@ -7,6 +7,7 @@ adds missing cases — delete the file to start over):
 
     OMP_NUM_THREADS=1 python examples/reproduce_ecoserve.py
     OMP_NUM_THREADS=1 python examples/reproduce_ecoserve.py --clusters l20 --workloads sharegpt
+    OMP_NUM_THREADS=1 python examples/reproduce_ecoserve.py --no-terms --out /tmp/off  # kernels
 
 Writes docs/reproduction/ecoserve.json (every case: the best goodput and config of each
 system), ecoserve.md (the tables) and ecoserve.png (the ratios). The systems:
@@ -67,8 +68,8 @@ PAPER = {"l20+a800": {"vllm": 2.01, "sarathi": 1.87, "distserve": 3.43, "mooncak
          "h100": {"vllm": 1.34, "sarathi": 1.25, "distserve": 1.75, "mooncake": 1.24}}
 
 
-def recipe(cluster: str, model: str, workload: str, gpus: int | None, requests: int
-           ) -> Recipe:
+def recipe(cluster: str, model: str, workload: str, gpus: int | None, requests: int,
+           terms: bool = True) -> Recipe:
     wl: dict = {"preset": workload, "requests": requests}
     if model in CONTEXT:
         wl["max_context"] = CONTEXT[model]
@@ -78,7 +79,7 @@ def recipe(cluster: str, model: str, workload: str, gpus: int | None, requests: 
     return Recipe.model_validate({
         "name": f"ecoserve-{cluster}-{model}-{workload}", "model": model, "cluster": cl,
         "workload": wl, "architecture": ["padg", "nodg", "fudg"], "seed": 0,
-        "evaluator": {"tolerance": 0.03}})
+        "evaluator": {"tolerance": 0.03}, "engine": {"name": "vllm", "terms": terms}})
 
 
 def spaces(tps: list[int]) -> list[SearchSpace]:
@@ -98,8 +99,8 @@ def spaces(tps: list[int]) -> list[SearchSpace]:
 
 
 def run_case(cluster: str, model: str, workload: str, gpus: int | None, requests: int,
-             verbose: bool) -> dict:
-    rec = recipe(cluster, model, workload, gpus, requests)
+             verbose: bool, terms: bool = True) -> dict:
+    rec = recipe(cluster, model, workload, gpus, requests, terms)
     ev = Evaluation(rec)
     tps = [t for t in ev.profile.tp_degrees if t <= rec.cluster.gpus_per_node]
     cache: dict[str, float] = {}
@@ -163,7 +164,7 @@ def summary(results: dict, clusters: list[str]) -> str:
 SENS_BW = [25.0, 12.5, 6.0, 3.0]  # GB/s between two GPUs of an L20 node
 
 
-def sensitivity(results: dict, requests: int, verbose: bool) -> dict:
+def sensitivity(results: dict, requests: int, verbose: bool, terms: bool = True) -> dict:
     """L20 + ShareGPT: the best node-local FuDG (DistServe-like) as the intra-node link gets
     slower — PCIe P2P at line rate, through a PCIe switch shared with a neighbour, or staged
     through host memory — against PaDG, which moves no KV (its PP hops use the same link)."""
@@ -177,7 +178,7 @@ def sensitivity(results: dict, requests: int, verbose: bool) -> dict:
             if skey in results.get("sensitivity", {}):
                 out[skey] = results["sensitivity"][skey]
                 continue
-            rec = recipe("l20", model, "sharegpt", None, requests)
+            rec = recipe("l20", model, "sharegpt", None, requests, terms)
             rec = rec.model_copy(update={"cluster": rec.cluster.model_copy(update={
                 "intra_node": rec.cluster.intra_node.model_copy(
                     update={"bandwidth_GBps": bw})})})
@@ -258,6 +259,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=800, help="requests per probe (at least)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "reproduction"))
     ap.add_argument("--verbose", action="store_true", help="print every evaluation")
+    ap.add_argument("--no-terms", action="store_true",
+                    help="the kernels alone (engine: {terms: false}), as before 2026-12-03; "
+                         "use with --out elsewhere, the cache does not tell them apart")
     ap.add_argument("--no-sensitivity", action="store_true",
                     help="skip the L20 intra-node bandwidth sweep of node-local FuDG")
     args = ap.parse_args()
@@ -274,14 +278,16 @@ def main() -> None:
                     continue
                 t0 = time.perf_counter()
                 print(f"{key} …", flush=True)
-                results[key] = run_case(cl, model, wl, args.gpus, args.requests, args.verbose)
+                results[key] = run_case(cl, model, wl, args.gpus, args.requests, args.verbose,
+                                        not args.no_terms)
                 results[key]["wall_s"] = time.perf_counter() - t0
                 save_results(store, results)
                 r = results[key]
                 print("  " + "  ".join(f"{SYSTEMS[k][0]} {r[k]['goodput']:.2f}"
                                        for k in SYSTEMS) + f"  ({r['wall_s']:.0f} s)", flush=True)
     if not args.no_sensitivity:
-        results["sensitivity"] = sensitivity(results, args.requests, args.verbose)
+        results["sensitivity"] = sensitivity(results, args.requests, args.verbose,
+                                             not args.no_terms)
         save_results(store, results)
     done = [c for c in CLUSTERS if any(k.startswith(c + "/") for k in results)]
     text = ("<!-- written by examples/reproduce_ecoserve.py; GPUs: "
