@@ -9,9 +9,9 @@ and two deployments of its GPUs — PaDG (8 instances of TP 2 × PP 2, admitting
 saved TPOT) and Sarathi-like NoDG (8 replicas of TP 2 × PP 2, 512-token chunks) — the goodput
 search of `hastune evaluate` with the engine terms off, on (vLLM's, pooled), and on with
 `frontend_per_stream_s` at 0 (the rest of the terms kept). Prints a markdown table: goodput,
-and at it the P90 TTFT and TPOT and the mean requests in flight per instance (Little's law:
-the rate per instance × the mean time from arrival to last token), the count the per-stream
-wait multiplies.
+and at it the P90 TTFT and TPOT and the mean requests in flight per instance that streams
+tokens (Evaluation.in_flight over the instances: what the per-stream caveat counts), the count
+the per-stream wait multiplies.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import time
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
@@ -57,6 +55,7 @@ def no_stream_wait():
 def main() -> int:
     from reproduce_ecoserve import recipe
 
+    from hastune import archs
     from hastune.config import parse_config
     from hastune.evaluate import Evaluation
 
@@ -86,11 +85,8 @@ def main() -> int:
             res = ev.goodput(cfg)
             run = res.best_run
             at = run.summary(rec.slo) if run is not None else {}
-            inflight = float("nan")
-            if run is not None and run.arrival is not None and run.finish is not None:
-                life = (run.finish - run.arrival)[run.measured]
-                life = life[np.isfinite(life)]
-                inflight = res.goodput_rps / 8 * float(life.mean())
+            got = ev.in_flight(res.goodput_rps, run)  # what the per-stream caveat counts
+            inflight = float("nan") if got is None else got / archs.of(cfg).streams(cfg)
             print(f"| {name} | {label} | {res.goodput_rps:.2f} | "
                   f"{at.get('ttft_p90_s', float('nan')):.3f} s | "
                   f"{at.get('tpot_p90_s', float('nan')) * 1e3:.1f} ms | {inflight:.0f} |",

@@ -53,7 +53,7 @@ def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None =
         out.append(f"{label}'s engine terms were fitted on its runs on another GPU "
                    f"({terms.get('fitted_on', '')}), not on {terms.get('gpu')}: unchecked here")
     cap = REQUEST_CEILING_RPS.get(engine)
-    n = arch.streams(config) if cap is not None else 0
+    n = arch.streams(config)  # the instances that stream tokens, one API server each
     if cap is not None and rate_rps > cap * n:
         out.append(
             f"{rate_rps:.1f} req/s is {rate_rps / n:.1f} req/s per instance that streams "
@@ -61,7 +61,7 @@ def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None =
             f"measured runs did not pass (benchmarks/server_ceilings.py); that ceiling is not "
             f"simulated, so the real figure may be as low as {cap * n:.1f} req/s "
             "(docs/fidelity.md, what is not modelled)")
-    out += _streams_past_the_fit(terms, config, in_flight, label)
+    out += _streams_past_the_fit(terms, n, in_flight, label)
     if engine == "trtllm" and on:
         out.append("TensorRT-LLM's engine terms miss the fidelity bar on TTFT (cross-validated "
                    "against its measured runs; docs/fidelity.md, the scorecard): its TTFT "
@@ -77,14 +77,14 @@ def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None =
     return out
 
 
-def _streams_past_the_fit(terms: dict, config: Any, in_flight: float | None, label: str
+def _streams_past_the_fit(terms: dict, n: int, in_flight: float | None, label: str
                           ) -> list[str]:
     """The front end's wait per request in flight (frontend_per_stream_s) taken past the most
-    clients of a run the terms were fitted on (clients_max): a linear term extrapolated."""
+    clients of a run the terms were fitted on (clients_max), with `in_flight` requests over
+    `n` instances that stream tokens: a linear term extrapolated."""
     wait, most = terms.get("frontend_per_stream_s", 0.0), terms.get("clients_max", 0)
     if not terms["on"] or in_flight is None or wait <= 0 or most <= 0:
         return []
-    n = archs.of(config).streams(config)
     k = in_flight / n
     if k <= most:
         return []

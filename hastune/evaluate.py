@@ -270,22 +270,22 @@ class Evaluation:
         out = closed_loop(run.extra) if run is not None else []
         if not engine_terms.applies(self.profile):
             return out
-        return caveats(self.terms_record, config, rate_rps, self._in_flight(rate_rps, run)) + out
+        return caveats(self.terms_record, config, rate_rps, self.in_flight(rate_rps, run)) + out
 
-    def _in_flight(self, rate_rps: float, run: RunResult | None) -> float | None:
-        """The requests in flight at `rate_rps`: in closed loop its clients; in open loop the
-        time average over `run`'s measured requests (their times from arrival to last token
-        over the span from the first arrival to the last finish); None without a run."""
+    def in_flight(self, rate_rps: float, run: RunResult | None) -> float | None:
+        """The requests in flight at `rate_rps`, each one's own included: in closed loop its
+        clients; in open loop the mean, over `run`'s measured requests, of the requests in
+        the system when each arrived (hastune.sim.frontend.in_flight_at: the count the
+        simulator's per-stream wait multiplies), plus itself; None without a run. What the
+        caveat on the front end's per-stream wait counts (hastune.caveats)."""
         if self.closed:
             return rate_rps
         if run is None or run.arrival is None or run.finish is None:
             return None
-        spans = [(a, f) for a, f in zip(run.arrival[run.measured], run.finish[run.measured])
-                 if math.isfinite(f - a)]
-        if not spans:
-            return None
-        span = max(f for _, f in spans) - min(a for a, _ in spans)
-        return sum(f - a for a, f in spans) / span if span > 0 else None
+        from hastune.sim.frontend import in_flight_at
+
+        seen = in_flight_at(run.arrival, run.finish)[run.measured]
+        return float(seen.mean()) + 1.0 if seen.size else None
 
     def close(self) -> None:
         pass  # a simulator holds nothing

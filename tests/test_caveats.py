@@ -160,9 +160,10 @@ def test_the_shipped_terms_know_their_most_clients_and_the_record_carries_them()
 @given(st.lists(st.tuples(st.floats(0.0, 100.0), st.floats(0.01, 50.0)), min_size=1,
                 max_size=50), st.integers(0, 3))
 @settings(max_examples=50, deadline=None)
-def test_requests_in_flight_are_the_time_average_of_the_measured_ones(audio, reqs, warm):
-    """Open loop: Σ (finish − arrival) over the span from the first arrival to the last
-    finish, of the requests after the warm-up; closed loop: the clients."""
+def test_requests_in_flight_are_those_each_measured_one_found_and_itself(audio, reqs, warm):
+    """Open loop: the mean, over the requests after the warm-up, of the others sent before it
+    and not yet finished when it was sent, plus itself (counted here one pair at a time);
+    closed loop: the clients."""
     import numpy as np
 
     from hastune.runs import RunResult
@@ -171,15 +172,16 @@ def test_requests_in_flight_are_the_time_average_of_the_measured_ones(audio, req
     f = a + np.array([d for _, d in reqs])
     run = RunResult(rate=3.0, ttft=np.zeros(len(a)), tpot=np.zeros(len(a)),
                     warmup=min(warm, len(a) - 1), arrival=a, finish=f)
-    m = slice(run.warmup, None)
-    want = float((f[m] - a[m]).sum() / (f[m].max() - a[m].min()))
-    got = audio._in_flight(3.0, run)
+    seen = [sum(1 for j in range(len(a)) if a[j] < a[i] < f[j])
+            for i in range(run.warmup, len(a))]
+    want = sum(seen) / len(seen) + 1.0
+    got = audio.in_flight(3.0, run)
     assert got is not None and abs(got - want) <= 1e-9 * max(1.0, want)
-    assert got <= len(a[m]) * (1 + 1e-12)  # never more than the requests there were
-    assert audio._in_flight(3.0, None) is None
+    assert 1.0 <= got <= len(a)  # itself, and never more than the requests there were
+    assert audio.in_flight(3.0, None) is None
     mp = pytest.MonkeyPatch()
     mp.setattr(audio, "closed", True)  # closed loop: the rate is the clients
     try:
-        assert audio._in_flight(3.0, run) == 3.0 and audio._in_flight(7.0, None) == 7.0
+        assert audio.in_flight(3.0, run) == 3.0 and audio.in_flight(7.0, None) == 7.0
     finally:
         mp.undo()

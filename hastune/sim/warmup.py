@@ -162,9 +162,10 @@ def _judged_mean(run, clients: float) -> float | None:
 
 
 def _judged(run, clients: float) -> tuple[bool, np.ndarray | None]:
-    """`settled`'s verdict on a run and the steady round means it judged it on (None for a
-    run it takes as it is: stopped early, too short for a warm-up and BATCHES batches, or
-    with a rejected or unfinished request, TTFT inf or nan)."""
+    """`settled`'s verdict on a run and the steady round means it judged it on (None where
+    it judged none: a run it takes as it is — stopped early, too short for a warm-up and
+    BATCHES batches, or with a rejected or unfinished request, TTFT inf or nan — or whose
+    MSER cut is at its bound with too few rounds left to batch)."""
     c = max(1, int(round(clients)))
     k = len(run.ttft) // c
     if "stopped_early_s" in run.extra or k < 2 * FLOOR_ROUNDS + 2:
