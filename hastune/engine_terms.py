@@ -139,6 +139,12 @@ class Scheduler:
     max_seqs: int              # the most sequences running at once
     memory_share: float        # of the GPU's memory for weights + KV (+ activations)
     preempts: bool             # KV on demand (paged), preempting when full; False: reserved
+    # TensorRT-LLM's batch waiting (batch_wait_timeout_iters / batch_wait_max_tokens_ratio, both
+    # 0 by default): while requests decode, waiting prompts are held out of the next iteration
+    # until their tokens and the decode tokens reach wait_ratio × chunk_tokens, or wait_iters
+    # iterations have passed (PyExecutor._waiting_requests); nodg only (hastune.sim.nodg_plan)
+    wait_iters: int = 0
+    wait_ratio: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -251,7 +257,9 @@ def apply(profile: Profile, t: EngineTerms) -> Profile:
     eps = {d: {e: _section(v, t) for e, v in m.items()}
            for d, m in profile.ep_variants.items()}
     return base.model_copy(update={"variants": variants, "ep_variants": eps,
-                                   "kv_on_demand": t.scheduler.preempts})
+                                   "kv_on_demand": t.scheduler.preempts,
+                                   "batch_wait_iters": t.scheduler.wait_iters,
+                                   "batch_wait_ratio": t.scheduler.wait_ratio})
 
 
 def for_profile(engine, profile: Profile) -> EngineTerms | None:

@@ -30,7 +30,7 @@ class _Replica:
 
     __slots__ = ("tm", "dec", "sched", "active", "in_iter", "ver", "ev_t", "target", "decodes",
                  "busy_since", "busy_s", "iters", "prefill_s", "max_iter", "run", "early",
-                 "early_ver", "spec", "spec_ver", "waking")
+                 "early_ver", "spec", "spec_ver", "waking", "wait_from")
 
     def __init__(self, tm: InstanceTiming, kv_cap: int, chunk: int | None):
         self.tm = tm
@@ -53,6 +53,7 @@ class _Replica:
         self.spec: tuple | None = None  # the last iteration of a solo event, as it started
         self.spec_ver = -1      # that event (retract)
         self.waking = False     # woken by an arrival: starts once its instant's arrivals are in
+        self.wait_from = -1     # the decode step its prompts began waiting at (batch waiting)
 
 
 class _Run(Planner):
@@ -79,7 +80,13 @@ class _Run(Planner):
         loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok)
         chunk = sim.config.chunk_tokens
         self.chunked = chunk is not None
-        self.runs = self.chunked and self.ahead  # chunk_run
+        # TensorRT-LLM's batch waiting (Profile.batch_wait_iters; Planner.waits): prompts are
+        # held beside decoding, so every iteration is planned as it starts
+        prof = sim.profile
+        self.wait_iters = prof.batch_wait_iters if self.chunked else 0
+        self.wait_tokens = prof.batch_wait_ratio * (chunk or 0)
+        waits = self.wait_iters > 0
+        self.runs = self.chunked and self.ahead and not waits  # chunk_run
         self.solo_ok = self.runs and not mm  # plan: solo
         for tm in sim.timings:
             tm.kv_cap = tm.kv_cap_mm if mm else tm.kv_cap_text
@@ -89,7 +96,7 @@ class _Run(Planner):
         self.closed = loop.closed
         self.next_arrival = 0  # the first pre-computed arrival not seen yet (open loop)
         self.arr, self.n_open = loop.arr, loop.n_open
-        self.early_ok = self.ahead and not self.closed  # arrive: a boundary taken ahead
+        self.early_ok = self.ahead and not self.closed and not waits  # arrive: boundary ahead
         self.woken: list[int] = []  # replicas to start once the instant's arrivals are in
         self.starts = 0  # start events popped (not counted as the run's events)
 
