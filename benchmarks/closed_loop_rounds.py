@@ -12,11 +12,11 @@ the loaded cycle a pilot run finds where that is longer — started together whe
 end's waits vary, SGLang's: hastune.engine_terms.jittered — the mean from where the
 steady state begins, the run doubled until that mean is known: hastune.sim.warmup.steady_run — the
 figures also say how many more rounds the 40-round runs took);
-`measured`: the one `hastune fidelity` simulates those rows with, which for some (engine, GPU)
-reproduces how their runs were measured (hastune.engine_terms.CLIENTS_TOGETHER: clients that
-start together, and so drift apart over a long run), the mean after two rounds (for those,
-not over every request as hastune fidelity counts them: that share of the first round would
-change with the run's length by construction).
+`measured`: the one `hastune fidelity` simulates those rows with, which for InferenceX's runs
+reproduces how they were measured (hastune.fidelity.harness: clients that start together,
+lengths drawn at random), the mean after two rounds (for those, not over every request as
+hastune fidelity counts them: that share of the first round would change with the run's
+length by construction).
 """
 
 from __future__ import annotations

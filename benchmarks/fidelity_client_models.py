@@ -4,8 +4,8 @@ under each client model of hastune.fidelity.run, with fixed terms.
     python benchmarks/fidelity_client_models.py [CSV] [--engine trtllm] [--gpu h200-141gb]
         [--rounds 12] [--rows]
 
-For every row of the group (default: TensorRT-LLM on H200, the runs of
-hastune.engine_terms.CLIENTS_TOGETHER), simulates it with the engine's fitted terms
+For every row of the group (default: TensorRT-LLM on H200, InferenceX runs whose benchmark
+started every client at once: hastune.fidelity.harness), simulates it with the engine's fitted terms
 (hastune/engine_fitted.py) and its clients `spread` (over a request's zero-load lifetime, the
 mean after two rounds), `together` (started at once, the mean over every request) and
 `together-after-two` (started at once, the mean after two rounds), each run `--rounds`

@@ -56,15 +56,6 @@ FRONTEND_SPREAD = {"sglang": 1.0}
 # time between two completions (8B, TP 1, 8 clients: +0.99 ms per output token, TPOT / 8 =
 # 0.94 ms), as if each request waited for the next completion before it was sent
 # (benchmarks/fidelity_gap_term.py fits 1.02 gaps; on H200 0.00).
-# CLIENTS_TOGETHER: the clients start together and stay so (no ramp, RequestSet.ramp_s) — the
-# TensorRT-LLM runs on H200 (70B, 1024 × 1024) at 4 clients take 562 / 340 / 230 / 69 ms to
-# the first token on TP 1 / 2 / 4 / 8, about the time of the four prompts together, and 176 ms
-# on TP 1 with 8192 output tokens, where the clients have spread apart — and the runs' means
-# count every request, the first round's too: with 8192-token prompts the first round queues
-# every client's prompt behind the others' (one per iteration of max_num_tokens), and the
-# measured TTFT follows that (TP 2, 128 clients: 4676 ms measured; simulated 0.84× of it
-# over every request of 12 rounds, 0.30× after two rounds: benchmarks/
-# fidelity_client_models.py, docs/fidelity.md).
 FRONTEND_QUEUED = {("trtllm", "h100-80gb")}
 # The front end's time per output token it streams (FrontEnd.per_output_token_s), by engine.
 # SGLang's tokens reach the client through one Python process per instance (the tokenizer
@@ -76,7 +67,6 @@ FRONTEND_QUEUED = {("trtllm", "h100-80gb")}
 # loop the engine holds fewer requests (hastune.sim.nodg_paged.Delivery). Chosen by a scan
 # on silicon_llama31.csv (docs/fidelity.md), not by the fit.
 FRONTEND_TOKEN_S = {"sglang": (50e-6, 15e-9)}  # (per token, per token its request made before)
-CLIENTS_TOGETHER = {("trtllm", "h200-141gb")}
 # STREAM_TOKEN_S, by engine: the API server's time per output token it streams (FrontEnd.
 # stream_token_s). TensorRT-LLM's trtllm-serve detokenises and sends every token in its one
 # server process (no post-processing workers by default), so the tokens it can stream per

@@ -1,6 +1,7 @@
 """Simulating a measured case: the recipe it stands for, the engine terms on its profile, one
-closed-loop run, its mean TTFT and TPOT after two rounds (as a benchmark measures; over every
-request for the runs whose clients started together, engine_terms.CLIENTS_TOGETHER)."""
+closed-loop run, its mean TTFT and TPOT as its benchmark measured them (hastune.fidelity.harness:
+InferenceX's runs start every client at once and count every request; the others after two
+rounds)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 from hastune import engine_terms as et
 from hastune.cluster import Cluster
 from hastune.config import NoDGConfig
+from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Case, model_dir
 from hastune.profile import Profile
 from hastune.recipe import Recipe
@@ -21,13 +23,6 @@ from hastune.workload import sample_requests
 
 ROUNDS = 12        # requests per client in a run (the first two rounds warm up)
 MAX_REQUESTS = 4000
-# The KV cache's precision of the measured runs, by (engine, weights), where it is not the
-# weights' 16 bits: TensorRT-LLM takes the checkpoint's KV quantisation (kv_cache_config
-# dtype "auto"), and fp8 checkpoints quantise the KV cache too (ModelOpt's kv_cache_quant_algo
-# FP8). The H200 runs (70B fp8, TP 1, 1024 + 8192 tokens, KV reserved for the whole output)
-# hold 32 clients without queueing (449 ms to the first token), which a bf16 cache (about
-# 22 such requests) cannot, and queue at 64 and 128 clients as about 48 requests at once do.
-KV_CACHE = {("trtllm", "fp8"): "fp8"}
 
 
 @dataclass(frozen=True)
@@ -39,26 +34,36 @@ class Simulated:
     settled: bool | None = None  # steady: whether the run stopped settled (steady_run)
 
 
+def _lengths(n: int, ratio: float) -> dict:
+    """A LengthDist of n tokens, or uniform over ⌊ratio·n⌋ … n (the benchmark's random range)."""
+    if ratio >= 1.0:
+        return {"dist": "fixed", "mean": n, "min": 1, "max": n}
+    return {"dist": "uniform", "min": max(1, int(n * ratio)), "max": n}
+
+
 def recipe_for(case: Case, models: dict[str, str], path: Path,
                rounds: int = ROUNDS, exact: bool = False) -> Recipe:
     """The recipe a measured run stands for: its model, GPU, precision and engine, `clients`
-    closed-loop clients without think time, fixed prompt and output lengths; `rounds`
-    requests per client — within MAX_REQUESTS and at least 3–4 rounds, or exactly (`exact`)."""
+    closed-loop clients without think time, its prompt and output lengths as its benchmark
+    drew them (hastune.fidelity.harness); as many requests as its benchmark sent, where that
+    is known, else `rounds` per client within MAX_REQUESTS and at least 3–4 rounds; or
+    exactly `rounds` per client (`exact`)."""
+    h = harness(case)
     n = case.clients * rounds
-    if not exact:
+    if h.prompts_per_client and not exact:
+        n = case.clients * h.prompts_per_client
+    elif not exact:
         n = max(min(MAX_REQUESTS, max(n, 4 * case.clients)), min(n, 3 * case.clients))
+    kv = "fp8" if h.kv_fp8 else "bf16"
     return Recipe.model_validate({
         "name": case.id[:80], "model": model_dir(case.model, models, path),
-        "precision": {"weights": case.weights,
-                      "kv_cache": KV_CACHE.get((case.engine, case.weights), "bf16")},
+        "precision": {"weights": case.weights, "kv_cache": kv},
         "engine": {"name": case.engine},
         "cluster": {"gpu": case.gpu, "gpus": case.tp, "gpus_per_node": 8,
                     "intra_node": "nvlink-h100"},
         "workload": {"requests": n, "arrival": {"process": "closed", "think_s": 0.0},
-                     "prompt_tokens": {"dist": "fixed", "mean": case.isl, "min": 1,
-                                       "max": case.isl},
-                     "output_tokens": {"dist": "fixed", "mean": case.osl, "min": 1,
-                                       "max": case.osl}},
+                     "prompt_tokens": _lengths(case.isl, h.range_ratio),
+                     "output_tokens": _lengths(case.osl, h.range_ratio)},
         "slo": {"ttft_s": 1e6, "tpot_s": 1e6},
         "architecture": "nodg"})
 
@@ -66,7 +71,8 @@ def recipe_for(case: Case, models: dict[str, str], path: Path,
 # How the measured runs' clients are simulated (`simulate`'s `clients`): "spread" — started
 # evenly over a request's zero-load lifetime, the mean after two rounds (a benchmark's);
 # "together" — started at once, the mean over every request, the first round's too (the runs
-# of engine_terms.CLIENTS_TOGETHER); "together-after-two" — started at once, the mean after
+# of a benchmark that says how many it sent: InferenceX's, hastune.fidelity.harness);
+# "together-after-two" — started at once, the mean after
 # two rounds (clients with their own jitter, SGLang's, as benchmark tools start them: the
 # measured runs and a recipe's closed loop; benchmarks/fidelity_client_models.py); "random" —
 # started at independent random times over that lifetime (benchmarks/closed_loop_starts.py)
@@ -74,10 +80,11 @@ CLIENT_MODELS = ("spread", "together", "together-after-two", "random")
 
 
 def client_model(case: Case, terms: et.EngineTerms | None) -> str:
-    """The client model a measured case is simulated with (under `terms`): as the runs of
-    engine_terms.CLIENTS_TOGETHER were measured; else as a recipe's closed loop starts them
+    """The client model a measured case is simulated with (under `terms`): "together" for the
+    runs of a benchmark that sent a known number of requests at once and counted them all
+    (hastune.fidelity.harness: InferenceX's); else as a recipe's closed loop starts them
     (`recipe_clients`)."""
-    if (case.engine, case.gpu) in et.CLIENTS_TOGETHER:
+    if harness(case).prompts_per_client:
         return "together"
     return recipe_clients(terms)
 
@@ -99,6 +106,8 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     clients = clients or client_model(case, terms)
     if clients not in CLIENT_MODELS:
         raise ValueError(f"clients must be one of {CLIENT_MODELS}, not {clients!r}")
+    if terms is not None:  # the server flags the run was measured with
+        terms = replace(terms, scheduler=harness(case).scheduler(terms.scheduler))
     prof = et.apply(base, terms) if terms is not None else base
     cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=case.tp, pp=1),
                              terms)

@@ -248,9 +248,10 @@ def test_a_serial_front_end_bounds_the_tokens_streamed(clients, osl, load, seed)
     assert et.terms_for("trtllm", "h100-80gb", 80).frontend.stream_token_s > 0
     assert et.terms_for("vllm", "h100-80gb", 80).frontend.stream_token_s == 0.0
 
-def test_trtllm_fp8_runs_keep_an_fp8_kv_cache():
-    """The measured TensorRT-LLM runs with fp8 weights hold their KV cache in fp8 (the
-    checkpoint's quantisation): half the bytes per token of a bf16 cache."""
+def test_inferencex_runs_keep_an_fp8_kv_cache():
+    """The InferenceX runs (hastune.fidelity.harness: the 70B fp8 rows) were served with an
+    fp8 KV cache (their servers' flags): half the bytes per token of a bf16 cache; the
+    others hold bf16."""
     from hastune.fidelity.rows import read_cases
     from hastune.fidelity.run import recipe_for
 
@@ -261,8 +262,8 @@ def test_trtllm_fp8_runs_keep_an_fp8_kv_cache():
     for c in read_cases(csv):
         kv = recipe_for(c, {}, csv).precision.kv_cache
         seen.add((c.engine, c.weights, kv))
-        assert kv == ("fp8" if (c.engine, c.weights) == ("trtllm", "fp8") else "bf16")
-    assert ("trtllm", "fp8", "fp8") in seen
+        assert kv == ("fp8" if c.weights == "fp8" and "70B" in c.model else "bf16")
+    assert {("trtllm", "fp8", "fp8"), ("vllm", "fp8", "fp8"), ("trtllm", "bf16", "bf16")} <= seen
 
 
 @given(sends=st.lists(st.floats(0, 100), min_size=1, max_size=60),
@@ -300,8 +301,8 @@ def test_a_serial_front_end_takes_a_request_once_its_backlog_fits_the_slack(send
 def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
     """A measured run is simulated with its clients spread over a request's zero-load
     lifetime and its mean after two rounds, or started together with the mean over every
-    request they sent, the first rounds too (the runs of CLIENTS_TOGETHER, TensorRT-LLM on
-    H200: mode None picks it by the case's engine and GPU), or together with the mean after
+    request they sent, the first rounds too (the runs of a benchmark that says how many it
+    sent, InferenceX's: mode None picks it by the case's id), or together with the mean after
     two rounds, or at random over the lifetime (benchmarks/closed_loop_starts.py). Each
     computed here from a run of the simulator of its own."""
     from hastune.fidelity.rows import Case
@@ -312,8 +313,9 @@ def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
     case = Case("x", "trtllm", "", "meta-llama/Llama-3.1-8B-Instruct", gpu, "bf16",
                 isl, osl, clients, 2, 1.0, 1.0, 1)
     t = _terms(0.9, 5e-4, 1e-5, 0.0, 0.0, engine="trtllm")
-    assert client_model(case, t) == ("together" if ("trtllm", gpu) in et.CLIENTS_TOGETHER
-                                     else "spread")
+    assert client_model(case, t) == "spread"
+    ix = replace(case, id="2026_04_06_llama_3_1_70b_h200_sxm_trtllm_fp8_agg_1024x1024")
+    assert client_model(ix, t) == "together"
     # SGLang's rows start as its recipes' closed loops do: together (its waits vary)
     sg = F.terms("sglang", "h200-141gb", et.scheduler_defaults("sglang", 141), F.PRIOR)
     assert client_model(replace(case, engine="sglang"), sg) == "together-after-two"

@@ -80,7 +80,7 @@ def test_the_shipped_terms_are_not_on_the_edge():
             terms = F.shipped(c.engine, c.gpu, sched)
         fe = terms.frontend.request_s
         base = _ttft(c, prof, terms, rec, fe)
-        for v in (fe + 1e-6, max(fe - 1e-6, F.FRONTEND_MIN_S) / 2):
+        for v in (fe + 1e-6, max(fe - 1e-6, F.FRONTEND_MIN_S / 2)):
             assert _ttft(c, prof, terms, rec, v) == pytest.approx(base, rel=0.01), (c.id, v)
         moved_by_zero += abs(_ttft(c, prof, terms, rec, 0.0) / base - 1) > 0.05
     assert moved_by_zero > 0

@@ -3,6 +3,7 @@ closed-loop results must not depend on the run's length)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -97,7 +98,8 @@ def _on_the_edge(monkeypatch, key) -> None:
     monkeypatch.setattr(engine_fitted, "FITTED", fitted)
 
 
-def _rounds_apart(case, monkeypatch, ramp_on: bool) -> tuple[float, float]:
+def _rounds_apart(case, monkeypatch, ramp_on: bool, kv: str | None = None
+                  ) -> tuple[float, float]:
     from hastune.evaluators import resolve_profile
     from hastune.fidelity import run as fr
 
@@ -107,9 +109,13 @@ def _rounds_apart(case, monkeypatch, ramp_on: bool) -> tuple[float, float]:
     means = []
     for rounds in (40, 400):
         rec = fr.recipe_for(case, {}, CSV, rounds, exact=True)
+        if kv is not None:
+            rec = rec.model_copy(update={"precision": rec.precision.model_copy(
+                update={"kv_cache": kv})})
         prof = resolve_profile(rec, quiet=True)[0]
         t = et.terms_for(case.engine, case.gpu, prof.memory.gpu_bytes / 2**30)
-        means.append(fr.simulate(case, prof, t, rec, steady=True).ttft_ms)
+        means.append(fr.simulate(case, prof, t, rec, steady=True,
+                                 clients=fr.recipe_clients(t)).ttft_ms)
     return means[0], means[1]
 
 
@@ -126,13 +132,16 @@ def test_a_queued_closed_loop_settles_within_forty_rounds(monkeypatch):
         pytest.skip("no calibration file")
     case = next(c for c in read_cases(CSV) if (c.engine, c.gpu, c.tp, c.isl, c.osl, c.clients)
                 == ("trtllm", "h200-141gb", 2, 8192, 1024, 128))
-    monkeypatch.setattr(et, "CLIENTS_TOGETHER", set())
-    a, b = _rounds_apart(case, monkeypatch, True)  # the shipped terms
+    # as a recipe's closed loop: every request exactly 8192 + 1024 tokens (the measured run's
+    # benchmark drew them at random, hastune.fidelity.harness, which spreads its clients)
+    # and its fp8 KV cache
+    case = replace(case, id="recipe")
+    a, b = _rounds_apart(case, monkeypatch, True, "fp8")  # the shipped terms
     assert abs(b / a - 1) < 0.05
     _on_the_edge(monkeypatch, (case.engine, case.gpu))
-    a, b = _rounds_apart(case, monkeypatch, True)
+    a, b = _rounds_apart(case, monkeypatch, True, "fp8")
     assert abs(b / a - 1) < 0.05
-    a0, b0 = _rounds_apart(case, monkeypatch, False)
+    a0, b0 = _rounds_apart(case, monkeypatch, False, "fp8")
     assert abs(b0 / a0 - 1) > 0.5  # the control: the zero-load ramp's drift
 
 

@@ -1,0 +1,72 @@
+"""How a measured run was taken, where the file's row says so only through its id: the
+benchmark client and the server flags of the suite that produced it.
+
+The rows whose ids begin with a date (`2026_04_06_llama_3_1_70b_...`: the Llama-70B runs of
+vLLM on H100 / H200 and of TensorRT-LLM on H200) are SemiAnalysis InferenceX (InferenceMAX)
+runs, the cohort aiconfigurator's end-to-end accuracy campaign replays with
+`request_count = 10 × concurrency, random_range_ratio 0.8` (its scripts/e2e_accuracy). Their
+scripts (github.com/SemiAnalysisAI/InferenceX, benchmarks/70b_fp8_h200_trt_slurm.sh,
+70b_fp8_h100_slurm.sh, 70b_fp8_h200_slurm.sh and .github/workflows/full-sweep-tmpl.yml as of
+9596d23, 2025-10-29, when Llama-70B left the suite; the model nvidia/Llama-3.3-70B-Instruct-
+FP8, Llama-3.1-70B's architecture) run `benchmark_serving.py --dataset-name random
+--random-range-ratio 0.8 --num-prompts CONC×10 --max-concurrency CONC --request-rate inf
+--ignore-eos` (kimbochen/bench_serving): every prompt and output length drawn uniformly from
+⌊0.8 L⌋ … L, all 10 × CONC requests sent at once behind a semaphore of CONC, the mean TTFT and
+TPOT over every request. Their servers: TensorRT-LLM 1.1.0rc2.post2 with `--max_num_tokens
+16384`, an fp8 KV cache, and for 1024 × 1024 on fewer than 8 GPUs `batch_wait_max_tokens_ratio
+0.9, batch_wait_timeout_iters 20` (prompts held up to 20 iterations for a fuller batch: the
+first token of a prompt alone comes about 20 decode steps late); vLLM 0.10.2 with
+`--max-num-seqs CONC`, `max-num-batched-tokens 8192` and an fp8 KV cache.
+
+The other rows (Llama-3.1-8B: TensorRT-LLM on H100, SGLang on H200) come from
+aiconfigurator's own collection, whose client the file does not describe: every request
+exactly isl and osl tokens, as ../shared/calibration/e2e/README.md says."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from hastune import engine_terms as et
+from hastune.fidelity.rows import Case
+
+_INFERENCEX = re.compile(r"^\d{4}_\d{2}_\d{2}_llama_3_1_70b_")
+
+
+@dataclass(frozen=True)
+class Harness:
+    """A run's client and the server flags it was measured with."""
+
+    name: str
+    range_ratio: float = 1.0    # lengths uniform in ⌊r·L⌋ … L (1: exactly L)
+    prompts_per_client: int = 0  # requests in all = this × clients, every one counted (0: ours)
+    kv_fp8: bool = False        # an fp8 KV cache set on the server
+    chunk_tokens: int | None = None  # the server's token budget per iteration (None: default)
+    max_seqs: int | None = None
+    wait_iters: int = 0         # TensorRT-LLM batch waiting (engine_terms.Scheduler)
+    wait_ratio: float = 0.0
+
+    def scheduler(self, s: et.Scheduler) -> et.Scheduler:
+        """The engine's defaults with this run's server flags."""
+        upd: dict = {}
+        if self.chunk_tokens is not None:
+            upd.update(chunk_tokens=self.chunk_tokens, prefill_tokens=self.chunk_tokens)
+        if self.max_seqs is not None:
+            upd["max_seqs"] = self.max_seqs
+        if self.wait_iters:
+            upd.update(wait_iters=self.wait_iters, wait_ratio=self.wait_ratio)
+        return replace(s, **upd) if upd else s
+
+
+OWN = Harness("aiconfigurator")
+
+
+def harness(case: Case) -> Harness:
+    """How `case` was measured (the module's docstring)."""
+    if not _INFERENCEX.match(case.id):
+        return OWN
+    if case.engine == "trtllm":
+        waits = case.isl == 1024 and case.osl == 1024 and case.tp < 8
+        return Harness("inferencex", 0.8, 10, True, 16384, None,
+                       20 if waits else 0, 0.9 if waits else 0.0)
+    return Harness("inferencex", 0.8, 10, True, 8192, case.clients)
