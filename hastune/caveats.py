@@ -62,10 +62,6 @@ def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None =
             f"simulated, so the real figure may be as low as {cap * n:.1f} req/s "
             "(docs/fidelity.md, what is not modelled)")
     out += _streams_past_the_fit(terms, n, in_flight, label)
-    if engine == "trtllm" and on:
-        out.append("TensorRT-LLM's engine terms miss the fidelity bar on TTFT (cross-validated "
-                   "against its measured runs; docs/fidelity.md, the scorecard): its TTFT "
-                   "figures are less sure than vLLM's or SGLang's")
     if on and arch.name != "nodg":
         out.append(f"the engine terms were fitted and checked on measured runs of one "
                    f"aggregated instance (nodg); {arch.name} with them has not been checked "
