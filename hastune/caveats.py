@@ -66,6 +66,10 @@ def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None =
         out.append(f"the engine terms were fitted and checked on measured runs of one "
                    f"aggregated instance (nodg); {arch.name} with them has not been checked "
                    "against a measurement (docs/fidelity.md)")
+    if on and (terms.get("scheduler") or {}).get("wait_iters") and arch.name != "nodg":
+        out.append(f"TensorRT-LLM's batch waiting (engine.batch_wait_iters) is simulated in "
+                   f"nodg only; this {arch.name} run goes without it, and its prompts may wait "
+                   "longer for their first token than simulated (docs/fidelity.md)")
     if engine == "sglang" and on and arch.name != "nodg":
         out.append(f"SGLang's tokenizer-manager costs per output token are simulated in nodg "
                    f"only; this {arch.name} run goes without them, and with many clients "

@@ -257,7 +257,11 @@ def for_profile(engine, profile: Profile) -> EngineTerms | None:
     it turns them off (`terms: false`) or the profile was measured on a device."""
     if not engine.terms or not applies(profile):
         return None
-    return terms_for(engine.name, profile.gpu, profile.memory.gpu_bytes / 2**30)
+    t = terms_for(engine.name, profile.gpu, profile.memory.gpu_bytes / 2**30)
+    if engine.batch_wait_iters:  # TensorRT-LLM's batch waiting, as the recipe sets it
+        t = replace(t, scheduler=replace(t.scheduler, wait_iters=engine.batch_wait_iters,
+                                         wait_ratio=engine.batch_wait_ratio))
+    return t
 
 
 def config_defaults(config, t: EngineTerms | None):

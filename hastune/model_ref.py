@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from hastune.errors import InputError
 from hastune.profile import available_profiles, find_profile
+from hastune.schema import drop_new_defaults
 
 if TYPE_CHECKING:
     from hastune.models.spec import ModelArch
@@ -72,6 +73,19 @@ class Engine(_Strict):
                         "runs (scheduler defaults, per-iteration CPU time, front end; "
                         "hastune.engine_terms, docs/fidelity.md) on profiles built from "
                         "kernel tables; false: the kernels alone")
+    batch_wait_iters: int = Field(default=0, ge=0, le=10_000, description="TensorRT-LLM's "
+                                  "batch_wait_timeout_iters: while requests decode, a new "
+                                  "prompt waits up to this many iterations for a fuller batch "
+                                  "(0, the engine's default: none; nodg, with the terms on)")
+    batch_wait_ratio: float = Field(default=0.0, ge=0, le=1, description="TensorRT-LLM's "
+                                    "batch_wait_max_tokens_ratio: the wait ends once the next "
+                                    "iteration's tokens reach this share of max_num_tokens")
+    # fields added since the first release, left out of a dump at their default (identity)
+    _since: ClassVar[tuple[str, ...]] = ("batch_wait_iters", "batch_wait_ratio")
+
+    @model_serializer(mode="wrap")
+    def _omit_new_defaults(self, handler: Any) -> Any:
+        return drop_new_defaults(self, handler(self), self._since)
 
     @model_validator(mode="before")
     @classmethod
@@ -79,6 +93,17 @@ class Engine(_Strict):
         if isinstance(data, str):
             return {"name": data}
         return data
+
+    @model_validator(mode="after")
+    def _trtllm_only(self) -> Engine:
+        if (self.batch_wait_iters or self.batch_wait_ratio) and self.name != "trtllm":
+            raise ValueError(f"batch_wait_iters / batch_wait_ratio are TensorRT-LLM's flags, "
+                             f"not {self.name}'s. Fix: drop them, or set name: trtllm")
+        if bool(self.batch_wait_iters) != bool(self.batch_wait_ratio):
+            raise ValueError("batch waiting needs both batch_wait_iters and batch_wait_ratio "
+                             "(TensorRT-LLM waits only when both are > 0). Fix: set both, "
+                             "e.g. 20 and 0.9, or neither")
+        return self
 
     @property
     def default(self) -> bool:

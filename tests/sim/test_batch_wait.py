@@ -5,6 +5,8 @@ already reach `batch_wait_ratio` × its budget; with nothing decoding it never w
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +20,7 @@ from hastune.workload import RequestSet
 from tests.sim.replica_recipes import recipe
 
 CHUNK = 2048
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +103,54 @@ def test_waiting_runs_as_event_by_event_and_delays_prompts(ev, rate, n, iters, r
         assert np.array_equal(getattr(fast, f), getattr(slow, f), equal_nan=True), f
     base = _sim(ev, 0, 0.0, replicas).run(reqs, rate)
     assert np.nanmean(fast.ttft) >= 0.95 * np.nanmean(base.ttft)
+
+
+@given(name=st.sampled_from(["vllm", "sglang", "trtllm"]), iters=st.integers(0, 50),
+       ratio=st.sampled_from([0.0, 0.5, 0.9, 1.0]))
+@settings(max_examples=40, deadline=None)
+def test_a_recipe_sets_batch_waiting_on_trtllm_only_and_both_or_neither(name, iters, ratio):
+    """`engine: {name: trtllm, batch_wait_iters: N, batch_wait_ratio: R}`: refused, with the
+    fix, on another engine or with one of the two alone; carried into the terms' scheduler
+    (and so the profile) when given; left out of the recipe's dump when not (identity)."""
+    from pydantic import ValidationError
+
+    from hastune import engine_terms as et
+
+    ok = (iters == 0 and ratio == 0.0) or (name == "trtllm" and iters > 0 and ratio > 0)
+    data = {"name": name, "batch_wait_iters": iters, "batch_wait_ratio": ratio}
+    if not ok:
+        with pytest.raises(ValidationError, match="Fix:"):
+            Engine.model_validate(data)
+        return
+    e = Engine.model_validate(data)
+    dump = e.model_dump(mode="json")
+    assert ("batch_wait_iters" in dump) == (iters > 0)
+    assert Engine(name=name).model_dump(mode="json") == {"name": name, "version": None,
+                                                          "terms": True}
+    from hastune.profile import load_profile
+    from hastune.recipe import Recipe
+
+    rec = Recipe.model_validate({"name": "w", "model": "llama-30b", "engine": data,
+                                 "cluster": {"gpu": "h100-80gb", "gpus": 1},
+                                 "workload": {"requests": 10},
+                                 "slo": {"ttft_s": 1.0, "tpot_s": 0.1}})
+    assert rec.engine == e
+    prof = load_profile(ROOT / "profiles" / "h100-80gb" / "llama-30b.yaml")
+    t = et.for_profile(rec.engine, prof)
+    assert (t.scheduler.wait_iters, t.scheduler.wait_ratio) == (iters, ratio)
+    assert et.record(rec.engine, prof, t)["scheduler"]["wait_iters"] == iters
+    applied = et.apply(prof, t)
+    assert (applied.batch_wait_iters, applied.batch_wait_ratio) == (iters, ratio)
+
+
+def test_batch_waiting_outside_nodg_is_said():
+    from hastune.caveats import caveats
+
+    rec = {"on": True, "engine": "trtllm", "gpu": "h100-80gb", "fitted_for": "h100-80gb",
+           "fitted_on": "rows", "scheduler": {"wait_iters": 20, "wait_ratio": 0.9}}
+    padg = parse_config({"architecture": "padg", "instances": 2, "tp": 1})
+    nodg = parse_config({"architecture": "nodg", "replicas": 2, "tp": 1})
+    assert any("batch waiting" in c for c in caveats(rec, padg, 1.0))
+    assert not any("batch waiting" in c for c in caveats(rec, nodg, 1.0))
+    rec["scheduler"]["wait_iters"] = 0
+    assert not any("batch waiting" in c for c in caveats(rec, padg, 1.0))
