@@ -18,9 +18,14 @@ TPOT over every request. Their servers: TensorRT-LLM 1.1.0rc2.post2 with `--max_
 first token of a prompt alone comes about 20 decode steps late); vLLM 0.10.2 with
 `--max-num-seqs CONC`, `max-num-batched-tokens 8192` and an fp8 KV cache.
 
-The other rows (Llama-3.1-8B: TensorRT-LLM on H100, SGLang on H200) come from
-aiconfigurator's own collection, whose client the file does not describe: every request
-exactly isl and osl tokens, as ../shared/calibration/e2e/README.md says."""
+Other rows with a dated id are taken as InferenceX runs of another model: its client (the
+same benchmark command for every model), the engine's own defaults for its server (the flags
+above are the Llama-70B scripts'). The rows without (Llama-3.1-8B: TensorRT-LLM on H100,
+SGLang on H200) come from aiconfigurator's own collection, whose client the file does not
+describe: every request exactly isl and osl tokens, as ../shared/calibration/e2e/README.md
+says. Wherever the server's flags are not known, a TensorRT-LLM run of fp8 weights holds an
+fp8 KV cache (it takes the checkpoint's KV quantisation, kv_cache_config dtype "auto", and
+fp8 checkpoints quantise the KV cache too: ModelOpt's kv_cache_quant_algo FP8)."""
 
 from __future__ import annotations
 
@@ -30,7 +35,8 @@ from dataclasses import dataclass, replace
 from hastune import engine_terms as et
 from hastune.fidelity.rows import Case
 
-_INFERENCEX = re.compile(r"^\d{4}_\d{2}_\d{2}_llama_3_1_70b_")
+_INFERENCEX = re.compile(r"^\d{4}_\d{2}_\d{2}_")  # a dated id: an InferenceX run
+_LLAMA_70B = re.compile(r"^\d{4}_\d{2}_\d{2}_llama_3_1_70b_")  # one whose scripts we read
 
 
 @dataclass(frozen=True)
@@ -63,10 +69,15 @@ OWN = Harness("aiconfigurator")
 
 def harness(case: Case) -> Harness:
     """How `case` was measured (the module's docstring)."""
+    ckpt_kv = case.engine == "trtllm" and case.weights == "fp8"  # the checkpoint's KV
     if not _INFERENCEX.match(case.id):
-        return OWN
+        return replace(OWN, kv_fp8=True) if ckpt_kv else OWN
+    if not _LLAMA_70B.match(case.id):
+        return Harness("inferencex", 0.8, 10, ckpt_kv)
     if case.engine == "trtllm":
         waits = case.isl == 1024 and case.osl == 1024 and case.tp < 8
         return Harness("inferencex", 0.8, 10, True, 16384, None,
                        20 if waits else 0, 0.9 if waits else 0.0)
-    return Harness("inferencex", 0.8, 10, True, 8192, case.clients)
+    if case.engine == "vllm":
+        return Harness("inferencex", 0.8, 10, True, 8192, case.clients)
+    return Harness("inferencex", 0.8, 10, ckpt_kv)  # no Llama-70B script of this engine

@@ -22,15 +22,19 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL = "meta-llama/Llama-3.1-70B"
 
 
-def _case(engine: str, isl: int, osl: int, clients: int, tp: int, dated: bool) -> Case:
-    rid = (f"2026_04_06_llama_3_1_70b_h200_sxm_{engine}_fp8_agg_{isl}x{osl}_c{clients}_tp{tp}"
+def _case(engine: str, isl: int, osl: int, clients: int, tp: int, dated: bool,
+          weights: str = "fp8", model: str = "llama_3_1_70b") -> Case:
+    rid = (f"2026_04_06_{model}_h200_sxm_{engine}_{weights}_agg_{isl}x{osl}_c{clients}_tp{tp}"
            if dated else f"meta_llama_{engine}_{isl}x{osl}_c{clients}_tp{tp}")
-    return Case(rid, engine, "", MODEL, "h200-141gb", "fp8", isl, osl, clients, tp, 1.0, 1.0, 2)
+    return Case(rid, engine, "", MODEL, "h200-141gb", weights, isl, osl, clients, tp, 1.0, 1.0,
+                2)
 
 
 cases = st.builds(_case, st.sampled_from(["vllm", "trtllm", "sglang"]),
                   st.sampled_from([1024, 2048, 8192]), st.sampled_from([128, 1024, 8192]),
-                  st.sampled_from([4, 8, 16, 64]), st.sampled_from([1, 2, 4, 8]), st.booleans())
+                  st.sampled_from([4, 8, 16, 64]), st.sampled_from([1, 2, 4, 8]), st.booleans(),
+                  st.sampled_from(["fp8", "bf16"]),
+                  st.sampled_from(["llama_3_1_70b", "llama_3_1_70b", "gpt_oss_120b"]))
 
 
 @given(case=cases)
@@ -38,15 +42,20 @@ cases = st.builds(_case, st.sampled_from(["vllm", "trtllm", "sglang"]),
 def test_each_row_gets_its_benchmark(case):
     h = harness(case)
     dated = case.id.startswith("2026_")
-    assert (h is OWN) == (not dated)
+    llama = "llama_3_1_70b" in case.id
+    ckpt_kv = case.engine == "trtllm" and case.weights == "fp8"
+    assert (h.name == OWN.name) == (not dated)
     rec = recipe_for(case, {}, ROOT / "examples")
     w = rec.workload
+    # the KV cache: fp8 where InferenceX's Llama-70B servers set it, or TensorRT-LLM's fp8
+    # checkpoints' own; else bf16
+    scripted = dated and llama and case.engine != "sglang"  # InferenceX's Llama-70B scripts
+    assert rec.precision.kv_cache == ("fp8" if scripted or ckpt_kv else "bf16")
     if not dated:
         assert w.prompt_tokens.dist == w.output_tokens.dist == "fixed"
         assert client_model(case, None) == "spread"
-        assert rec.precision.kv_cache == "bf16"
         return
-    assert rec.precision.kv_cache == "fp8" and client_model(case, None) == "together"
+    assert client_model(case, None) == "together"
     assert w.requests == 10 * case.clients
     reqs = sample_requests(w, 4000, 7)
     for got, L in ((reqs.prompt_tokens, case.isl), (reqs.output_tokens, case.osl)):
@@ -55,7 +64,9 @@ def test_each_row_gets_its_benchmark(case):
         assert len(np.unique(got)) > 20
     base = et.scheduler_defaults(case.engine, 141, case.gpu)
     s = h.scheduler(base)
-    if case.engine == "trtllm":
+    if not scripted:  # another model's InferenceX run: its client, the engine's own defaults
+        assert s == base
+    elif case.engine == "trtllm":
         assert s.chunk_tokens == s.prefill_tokens == 16384
         waits = (case.isl, case.osl) == (1024, 1024) and case.tp < 8
         assert (s.wait_iters, s.wait_ratio) == ((20, 0.9) if waits else (0, 0.0))
