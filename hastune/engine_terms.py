@@ -248,8 +248,8 @@ def apply(profile: Profile, t: EngineTerms) -> Profile:
            for d, m in profile.ep_variants.items()}
     return base.model_copy(update={"variants": variants, "ep_variants": eps,
                                    "kv_on_demand": t.scheduler.preempts,
-                                   "batch_wait_iters": t.scheduler.wait_iters,
-                                   "batch_wait_ratio": t.scheduler.wait_ratio})
+                                   "batch_wait": (t.scheduler.wait_iters,
+                                                  t.scheduler.wait_ratio)})
 
 
 def for_profile(engine, profile: Profile) -> EngineTerms | None:

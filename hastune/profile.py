@@ -257,15 +257,9 @@ class Profile(_Strict):
     fit: FitRecord | None = None
     kv_on_demand: bool = Field(default=False, description="KV taken as tokens come, requests "
                                "preempted when it runs out (vLLM, SGLang; engine_terms)")
-    batch_wait_iters: int = Field(default=0, ge=0, description="iterations a prompt waits "
-                                  "beside decoding for more prompts to batch with (TensorRT-LLM's "
-                                  "batch_wait_timeout_iters; 0: none; engine_terms)")
-    batch_wait_ratio: float = Field(default=0.0, ge=0, le=1, description="the wait ends once the "
-                                    "next iteration's tokens reach this share of its budget "
-                                    "(batch_wait_max_tokens_ratio)")
+    batch_wait: tuple[int, float] = (0, 0.0)  # TensorRT-LLM's (iters, ratio): Scheduler.wait_*
     path: str | None = Field(default=None, exclude=True)
-    _since: ClassVar[tuple[str, ...]] = ("ep_variants", "min_pp", "kv_on_demand",
-                                         "batch_wait_iters", "batch_wait_ratio")
+    _since: ClassVar[tuple[str, ...]] = ("ep_variants", "min_pp", "kv_on_demand", "batch_wait")
 
     @model_validator(mode="after")
     def _fits(self) -> Profile:

@@ -80,11 +80,11 @@ class _Run(Planner):
         loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok)
         chunk = sim.config.chunk_tokens
         self.chunked = chunk is not None
-        # TensorRT-LLM's batch waiting (Profile.batch_wait_iters; Planner.waits): prompts are
-        # held beside decoding, so every iteration is planned as it starts
-        prof = sim.profile
-        self.wait_iters = prof.batch_wait_iters if self.chunked else 0
-        self.wait_tokens = prof.batch_wait_ratio * (chunk or 0)
+        # TensorRT-LLM's batch waiting (Profile.batch_wait; Planner.waits): prompts are held
+        # beside decoding, so every iteration is planned as it starts
+        iters, ratio = sim.profile.batch_wait
+        self.wait_iters = iters if self.chunked else 0
+        self.wait_tokens = ratio * (chunk or 0)
         waits = self.wait_iters > 0
         self.runs = self.chunked and self.ahead and not waits  # chunk_run
         self.solo_ok = self.runs and not mm  # plan: solo
