@@ -65,6 +65,7 @@ class Harness:
 
 
 OWN = Harness("aiconfigurator")
+INFERENCEX = Harness("inferencex", range_ratio=0.8, prompts_per_client=10)  # its client
 
 
 def harness(case: Case) -> Harness:
@@ -72,12 +73,11 @@ def harness(case: Case) -> Harness:
     ckpt_kv = case.engine == "trtllm" and case.weights == "fp8"  # the checkpoint's KV
     if not _INFERENCEX.match(case.id):
         return replace(OWN, kv_fp8=True) if ckpt_kv else OWN
-    if not _LLAMA_70B.match(case.id):
-        return Harness("inferencex", 0.8, 10, ckpt_kv)
-    if case.engine == "trtllm":
+    if _LLAMA_70B.match(case.id) and case.engine == "trtllm":
         waits = case.isl == 1024 and case.osl == 1024 and case.tp < 8
-        return Harness("inferencex", 0.8, 10, True, 16384, None,
-                       20 if waits else 0, 0.9 if waits else 0.0)
-    if case.engine == "vllm":
-        return Harness("inferencex", 0.8, 10, True, 8192, case.clients)
-    return Harness("inferencex", 0.8, 10, ckpt_kv)  # no Llama-70B script of this engine
+        return replace(INFERENCEX, kv_fp8=True, chunk_tokens=16384,
+                       wait_iters=20 if waits else 0, wait_ratio=0.9 if waits else 0.0)
+    if _LLAMA_70B.match(case.id) and case.engine == "vllm":
+        return replace(INFERENCEX, kv_fp8=True, chunk_tokens=8192, max_seqs=case.clients)
+    # another model's run, or an engine with no Llama-70B script: the client only
+    return replace(INFERENCEX, kv_fp8=ckpt_kv)
