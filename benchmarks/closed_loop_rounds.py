@@ -4,7 +4,7 @@
         [--client recipe|measured]
 
 Simulates every aggregated row of a silicon-format CSV (default
-../shared/calibration/e2e/silicon_llama31.csv) at 40 and at 400 requests per client, with the
+hastune/data/calibration/e2e/silicon_llama31.csv) at 40 and at 400 requests per client, with the
 engine's fitted terms (hastune/engine_fitted.py) or none, and prints the distribution of
 |mean TTFT(400) / mean TTFT(40) − 1| and the rows over 5%. `--client recipe` (default): the
 client model a recipe's closed loop gets (clients spread over one zero-load lifetime, or over

@@ -5,7 +5,7 @@ clients start?
         [--starts random together]
 
 Simulates every aggregated row of one engine in a silicon-format CSV (default
-../shared/calibration/e2e/silicon_llama31.csv) as a recipe's closed loop does — the engine's
+hastune/data/calibration/e2e/silicon_llama31.csv) as a recipe's closed loop does — the engine's
 fitted terms, the steady-state rule, the run doubled until its steady mean is known
 (hastune.sim.warmup.steady_run) — with its clients started two ways (`--starts`, of
 hastune.fidelity.run.CLIENT_MODELS: spread evenly over a request's lifetime, at random over

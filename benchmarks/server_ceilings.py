@@ -5,7 +5,7 @@ benchmark client — sets it.
     python benchmarks/server_ceilings.py [CSV] [--engine trtllm] [--gpu h100-80gb]
                                          [--clients 128]
 
-Pure arithmetic on a silicon-format CSV (default ../shared/calibration/e2e/
+Pure arithmetic on a silicon-format CSV (default hastune/data/calibration/e2e/
 silicon_llama31.csv), no simulation. For every aggregated run of the engine at the given
 concurrency it prints the measured requests/s (clients over a request's lifetime, TTFT +
 (osl − 1) × TPOT) and output tokens/s per TP, and marks the shapes whose throughput moves by

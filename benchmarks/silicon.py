@@ -4,8 +4,10 @@ run as `python benchmarks/NAME.py`, which puts this folder on the import path)."
 import sys
 from pathlib import Path
 
+from hastune.data import SILICON_LLAMA31
+
 ROOT = Path(__file__).resolve().parent.parent
-CSV = ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv"
+CSV = SILICON_LLAMA31
 
 
 def group_rows(csv: Path, engine: str, gpu: str | None = None) -> list:

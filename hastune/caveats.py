@@ -16,7 +16,7 @@ from hastune import archs
 # simulator does not model it.
 REQUEST_CEILING_RPS = {"trtllm": 35.0}
 # The kernels alone against each engine's measured runs: median signed error of the mean TTFT
-# over ../shared/calibration/e2e/silicon_llama31.csv, the scorecard's "TTFT kernels" column
+# over hastune/data/calibration/e2e/silicon_llama31.csv, the scorecard's "TTFT kernels" column
 # (docs/fidelity.md; `hastune fidelity ... --json`, aggregate.engine.<e>.kernels.ttft.bias_pct).
 KERNELS_TTFT_BIAS_PCT = {"vllm": -15.8, "sglang": -59.9, "trtllm": -22.4}
 LABEL = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}

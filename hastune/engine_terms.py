@@ -30,7 +30,7 @@ engine iteration). Profiles measured on a device (`hastune profile`, the bundled
 hold the engine's own costs: no terms apply to them.
 
 The fitted values live in hastune.engine_fitted (written by `hastune fidelity --write`, fitted
-only on ../shared/calibration/e2e/silicon_llama31.csv); docs/fidelity.md has the scorecard.
+only on hastune/data/calibration/e2e/silicon_llama31.csv); docs/fidelity.md has the scorecard.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
     python scripts/make_profiles.py --source aic [--engine vllm|sglang|trtllm] [--version V]
         [--precision bf16|fp8|fp8_block] [--kv-cache bf16|fp8] [--out DIR]
 
-The kernel tables live in ../shared/calibration next to the repository (override with
+The kernel tables live in hastune/data/calibration (shipped with the package) (override with
 --calibration or $HASTUNE_CALIBRATION). The YAML files are committed, so users of the shipped
 profiles need no calibration data. `--source aic` reads aiconfigurator-core's tables instead
 (pip install 'hastune[kernels]') and writes into a temporary folder unless --out names one

@@ -45,7 +45,7 @@ def pytest_runtest_makereport(item, call):
         if any(m in reason for m in _MISSING):
             rep.outcome = "failed"
             rep.longrepr = (f"{item.nodeid}: would skip in CI ({reason}); install what it "
-                            "needs in .ci/run")
+                            "needs in the README's install line")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -58,7 +58,7 @@ def pytest_make_collect_report(collector):
         if any(m in reason for m in _MISSING):
             rep.outcome = "failed"
             rep.longrepr = (f"{collector.nodeid}: would skip in CI ({reason}); install what "
-                            "it needs in .ci/run")
+                            "it needs in the README's install line")
 # Short probes for tests whose property holds for any evaluator settings (pruning's soundness,
 # the search loop): the defaults' long steady-state windows cost seconds per goodput.
 QUICK = {"min_span": 5.0, "min_requests": 300, "extend": 2.0}

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hastune import archs
 from hastune.caveats import KERNELS_TTFT_BIAS_PCT, REQUEST_CEILING_RPS, caveats
 from hastune.config import parse_config
+from hastune.data import SILICON_LLAMA31
 from hastune.evaluate import Evaluation
 from hastune.recipe import Recipe, load_recipe
 
@@ -144,7 +145,7 @@ def test_the_shipped_terms_know_their_most_clients_and_the_record_carries_them()
     from hastune.model_ref import Engine
     from hastune.profile import load_profile
 
-    path = ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv"
+    path = SILICON_LLAMA31
     most: dict = {}
     for c in read_cases(path):
         most[c.group] = max(most.get(c.group, 0), c.clients)

@@ -20,7 +20,7 @@ Attention rows are full attention (window_size 0); MoE rows by default power-law
 alpha 1.2, the package's own default for MoE models (1.01 for DeepSeek's; `distribution`),
 their lane chosen per shape, fp8 weights' from fp8, fp8_block and bf16 rows (aic_moe).
 
-With vLLM, bf16, the current version, these are exactly the rows of ../shared/calibration
+With vLLM, bf16, the current version, these are exactly the rows of hastune/data/calibration
 (tests/calibrate/test_aic_source.py). The package is imported by neither this module nor
 `import hastune`: its directory is located by importlib and pyarrow imported on first read.
 """

@@ -214,7 +214,7 @@ HEADER = ("# {how} profile: {name} (tp {tp}; variants at tp {variants}).\n"
           "# Check against held-out kernel rows: hastune profile check <this file>\n")
 
 
-def render(data: dict, origin: str = "../shared/calibration") -> str:
+def render(data: dict, origin: str = "hastune/data/calibration") -> str:
     """The profile as YAML under its header; `origin`: where its kernel tables came from."""
     errs = ", ".join(f"{k} {v['median_pct']:.1f}/{v['p90_pct']:.1f}"
                      for k, v in data["fit"]["error"].items() if "@" not in k)

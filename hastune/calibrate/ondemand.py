@@ -60,8 +60,11 @@ def resolve_gpu(gpu: str, file: str | Path | None = None, field: str = "cluster.
 
     found = canonical_gpu(gpu)
     if found is None:
-        raise InputError(file, field, f"unknown GPU {gpu!r}",
-                         f"use one of {', '.join(gpu_names())}")
+        import difflib
+
+        close = difflib.get_close_matches(str(gpu).lower(), gpu_names(), n=1, cutoff=0.6)
+        raise InputError(file, field, f"unknown GPU {gpu!r}" + (
+            f"; did you mean {close[0]}?" if close else ""), f"use one of {', '.join(gpu_names())}")
     return found
 
 
@@ -177,12 +180,12 @@ def ensure(req: Request, file: str | Path | None = None, directory: Path | None 
            ) -> Cached:
     """The cached profile for `req`, built and cached first if there is none (or the cached
     file does not read)."""
+    resolve_gpu(req.gpu, file)  # before req.filename(), which names no file
     d = directory or cache_dir()
     path = d / req.filename()
     prof = _read(path)
     if prof is not None:
         return Cached(prof, path, False, 0.0)
-    resolve_gpu(req.gpu, file)
     try:
         d.mkdir(parents=True, exist_ok=True)
         lock = open(d / ".lock", "a+")   # one for the folder: builds take seconds

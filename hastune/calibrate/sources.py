@@ -1,6 +1,6 @@
 """Where the profile builder reads its kernel tables from: one interface, two sources.
 
-- `CsvSource(root)`: the gzipped CSV tables in ../shared/calibration/kernels/<system>/
+- `CsvSource(root)`: the gzipped CSV tables in hastune/data/calibration/kernels/<system>/
   (hastune.calibrate.tables): bf16, vLLM's default kernels. The shipped profiles are built from
   it, and CI's tests use it as their fixture.
 - `AicSource(engine, ...)` (hastune.calibrate.aic): the parquet tables that NVIDIA's
@@ -32,7 +32,7 @@ class KernelSource(ABC):
     @property
     @abstractmethod
     def origin(self) -> str:
-        """Where the tables are, for a profile's header (e.g. '../shared/calibration')."""
+        """Where the tables are, for a profile's header (e.g. 'hastune/data/calibration')."""
 
     @property
     @abstractmethod
@@ -65,7 +65,10 @@ class CsvSource(KernelSource):
 
     @property
     def origin(self) -> str:
-        return "../shared/calibration"
+        from hastune.data import CALIBRATION
+
+        here = Path(self.root).resolve()
+        return "hastune/data/calibration" if here == CALIBRATION else str(here)
 
     @property
     def database(self) -> str:

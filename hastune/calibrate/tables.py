@@ -1,4 +1,4 @@
-"""The measured kernel tables (../shared/calibration/kernels/<system>/) and their hold-out.
+"""The measured kernel tables (hastune/data/calibration/kernels/<system>/) and their hold-out.
 
 Each table is a gzipped CSV of shape columns and `latency_ms` (see the calibration README).
 Rows measured more than once are merged (median) before anything else, so a shape can never
@@ -36,11 +36,13 @@ HOLDOUT_SEED = 0
 
 
 def default_calibration_dir() -> Path:
-    """$HASTUNE_CALIBRATION, else <repo>/../shared/calibration."""
+    """$HASTUNE_CALIBRATION, else the tables the package ships (hastune/data/calibration)."""
     env = os.environ.get(ENV_VAR)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "calibration"
+    from hastune.data import CALIBRATION
+
+    return CALIBRATION
 
 
 def require_calibration(root: Path | None = None) -> Path:

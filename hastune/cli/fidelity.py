@@ -28,7 +28,7 @@ def _models(items: list[str] | None) -> dict[str, str]:
 @app.command()
 def fidelity(
     measurements: Path = typer.Argument(..., help="CSV of measured runs (the silicon format "
-                                        "of ../shared/calibration/e2e/silicon_llama31.csv)"),
+                                        "of hastune/data/calibration/e2e/silicon_llama31.csv)"),
     model: list[str] | None = typer.Option(None, "--model", help="NAME=DIR: the config of a "
                                            "model_path the shipped examples/models lack"),
     engine: str | None = typer.Option(None, "--engine", help="only this engine's rows"),

@@ -164,7 +164,7 @@ def check(
     profile: Path = typer.Argument(..., help="a calibrated or measured profile YAML"),
     calibration: Path | None = typer.Option(
         None, "--calibration", help="folder holding kernels/<system>/ "
-        "(default: $HASTUNE_CALIBRATION, else <repo>/../shared/calibration)"),
+        "(default: $HASTUNE_CALIBRATION, else the tables hastune ships: hastune/data/calibration)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Error of the profile's kernel predictors on the rows they were fitted on and on the

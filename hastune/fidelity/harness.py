@@ -22,7 +22,7 @@ Other rows with a dated id are taken as InferenceX runs of another model: its cl
 same benchmark command for every model), the engine's own defaults for its server (the flags
 above are the Llama-70B scripts'). The rows without (Llama-3.1-8B: TensorRT-LLM on H100,
 SGLang on H200) come from aiconfigurator's own collection, whose client the file does not
-describe: every request exactly isl and osl tokens, as ../shared/calibration/e2e/README.md
+describe: every request exactly isl and osl tokens, as hastune/data/calibration/e2e/README.md
 says. Wherever the server's flags are not known, a TensorRT-LLM run of fp8 weights holds an
 fp8 KV cache (it takes the checkpoint's KV quantisation, kv_cache_config dtype "auto", and
 fp8 checkpoints quantise the KV cache too: ModelOpt's kv_cache_quant_algo FP8)."""

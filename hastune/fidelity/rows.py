@@ -1,4 +1,4 @@
-"""Measured end-to-end runs (the silicon CSV format of ../shared/calibration/e2e/) as cases
+"""Measured end-to-end runs (the silicon CSV format of hastune/data/calibration/e2e/) as cases
 the simulator can run: one aggregated engine instance (tp GPUs), `batch_size` closed-loop
 clients, every request exactly `isl` prompt and `osl` output tokens."""
 
@@ -73,7 +73,7 @@ def read_cases(path: str | Path) -> list[Case]:
     p = Path(path)
     if not p.is_file():
         raise InputError(p, None, "no such measurements file", "give the path of a CSV in the "
-                         "silicon format (e.g. ../shared/calibration/e2e/silicon_llama31.csv)")
+                         "silicon format (e.g. hastune/data/calibration/e2e/silicon_llama31.csv)")
     if p.stat().st_size > MAX_BYTES:
         raise InputError(p, None, f"larger than {MAX_BYTES >> 20} MiB", "split the file")
     with p.open(newline="", encoding="utf-8", errors="replace") as fh:

@@ -9,7 +9,7 @@ from hastune.calibrate.tables import default_calibration_dir
 
 @pytest.fixture(scope="session")
 def calibration() -> Path:
-    """The measured kernel tables (../shared/calibration); tests that need them skip without."""
+    """The measured kernel tables (hastune/data/calibration); tests that need them skip without."""
     root = default_calibration_dir()
     if not (root / "kernels").is_dir():
         pytest.skip(f"calibration data not found at {root} (set HASTUNE_CALIBRATION)")

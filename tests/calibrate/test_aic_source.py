@@ -1,5 +1,5 @@
 """aiconfigurator-core's kernel tables as a source (hastune.calibrate.aic): they load in
-hastune's shapes and units, behave as physics says, agree with ../shared/calibration, build
+hastune's shapes and units, behave as physics says, agree with hastune/data/calibration, build
 profiles, refuse what they do not have, and never touch an end-to-end table.
 
 The `kernels` extra is installed in CI (.ci/run), so these tests do not skip without it."""

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hastune import engine_terms as et
 from hastune.cluster import Cluster
 from hastune.config import NoDGConfig
+from hastune.data import SILICON_LLAMA31
 from hastune.fidelity import fit as F
 from hastune.model_ref import Engine
 from hastune.profile import load_profile
@@ -255,7 +256,7 @@ def test_inferencex_runs_keep_an_fp8_kv_cache():
     from hastune.fidelity.rows import read_cases
     from hastune.fidelity.run import recipe_for
 
-    csv = ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv"
+    csv = SILICON_LLAMA31
     if not csv.is_file():
         pytest.skip("no calibration file")
     seen = set()

@@ -7,7 +7,6 @@ on it."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hastune import engine_terms as et
+from hastune.data import SILICON_LLAMA31
 from hastune.engine_fitted import FITTED
 from hastune.fidelity import fit as F
 
-CSV = Path(__file__).resolve().parents[3] / "shared" / "calibration" / "e2e" / \
-    "silicon_llama31.csv"
+CSV = SILICON_LLAMA31
 
 
 def test_every_shipped_front_end_is_at_least_the_floor():
@@ -67,7 +66,7 @@ def test_the_shipped_terms_are_not_on_the_edge():
     from hastune.fidelity.rows import read_cases
     from hastune.fidelity.run import recipe_for
 
-    assert CSV.is_file(), f"{CSV}: the calibration file (../shared) is needed"
+    assert CSV.is_file(), f"{CSV}: the calibration file hastune ships is missing"
     cases = [c for c in read_cases(CSV) if (c.engine, c.gpu) == ("trtllm", "h200-141gb")]
     assert len(cases) >= 40
     prof = None

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hastune import engine_terms as et
+from hastune.data import SILICON_LLAMA31
 from hastune.fidelity.harness import OWN, harness
 from hastune.fidelity.rows import Case
 from hastune.fidelity.run import client_model, recipe_for
@@ -80,8 +81,8 @@ def test_each_row_gets_its_benchmark(case):
 def test_the_calibration_files_inferencex_rows_are_the_70b_ones():
     from hastune.fidelity.rows import read_cases
 
-    csv = ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv"
-    assert csv.is_file(), f"{csv}: the calibration file (../shared) is needed"
+    csv = SILICON_LLAMA31
+    assert csv.is_file(), f"{csv}: the calibration file hastune ships is missing"
     got = {(c.engine, c.gpu, harness(c).name) for c in read_cases(csv)}
     assert got == {("vllm", "h100-80gb", "inferencex"), ("vllm", "h200-141gb", "inferencex"),
                    ("trtllm", "h200-141gb", "inferencex"), ("trtllm", "h100-80gb", OWN.name),

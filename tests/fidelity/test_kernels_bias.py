@@ -3,20 +3,18 @@ KERNELS_TTFT_BIAS_PCT) is what `hastune fidelity` measures on the calibration fi
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from hastune.caveats import KERNELS_TTFT_BIAS_PCT
+from hastune.data import SILICON_LLAMA31
 from hastune.fidelity import score
 
-CSV = Path(__file__).resolve().parents[3] / "shared" / "calibration" / "e2e" / \
-    "silicon_llama31.csv"
+CSV = SILICON_LLAMA31
 
 
 @pytest.mark.parametrize("engine", sorted(KERNELS_TTFT_BIAS_PCT))
 def test_the_caveats_kernel_bias_is_the_scorecards(engine):
-    assert CSV.is_file(), f"{CSV}: the calibration file (../shared) is needed"
+    assert CSV.is_file(), f"{CSV}: the calibration file hastune ships is missing"
     # the kernels' simulations come before any fit: no refinement needed for them
     card = score.run(CSV, only=lambda c: c.engine == engine, refine=0)
     bias = score.aggregate(card)["engine"][engine]["kernels"]["ttft"]["bias_pct"]

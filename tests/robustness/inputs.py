@@ -1,5 +1,5 @@
 """What the robustness suite runs: the real CLI, in a subprocess or in this process, and
-broken copies of the shipped examples (only files of this repository; nothing from ../shared).
+broken copies of the shipped examples (only files of this repository; nothing from outside it).
 """
 
 from __future__ import annotations

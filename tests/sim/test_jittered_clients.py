@@ -11,17 +11,18 @@ from pathlib import Path
 import pytest
 
 from hastune import engine_terms as et
+from hastune.data import SILICON_LLAMA31
 from hastune.sim import warmup
 
 ROOT = Path(__file__).resolve().parents[2]
-CSV = ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv"
+CSV = SILICON_LLAMA31
 
 
 def _case(tp: int, isl: int, osl: int, clients: int):
     from hastune.fidelity.rows import read_cases
 
     if not CSV.is_file():
-        pytest.fail(f"{CSV} is missing: the calibration data ships in ../shared")
+        pytest.fail(f"{CSV} is missing: the calibration data ships in hastune/data/calibration")
     return next(c for c in read_cases(CSV) if (c.engine, c.gpu, c.tp, c.isl, c.osl, c.clients)
                 == ("sglang", "h200-141gb", tp, isl, osl, clients))
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from hastune import engine_terms as et
 from hastune.cluster import Cluster
 from hastune.config import NoDGConfig
+from hastune.data import SILICON_LLAMA31
 from hastune.profile import load_profile
 from hastune.sim import warmup
 from hastune.sim.nodg import NoDGSimulator
@@ -21,7 +22,7 @@ from hastune.workload import RequestSet
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = load_profile(ROOT / "profiles" / "a100-80gb" / "llama-30b.yaml")
-CSV = ROOT.parent / "shared" / "calibration" / "e2e" / "silicon_llama31.csv"
+CSV = SILICON_LLAMA31
 
 
 def _sim() -> NoDGSimulator:
