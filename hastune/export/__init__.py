@@ -71,6 +71,20 @@ def model_arg(t: Target) -> str:
     return t.model
 
 
+def check_model(t: Target, engine: str) -> None:
+    """Refuse a model an engine would not read as its model: empty, or starting with `-` (a
+    flag to the engine). Any other name or path is written as one literal word."""
+    from hastune.errors import InputError
+
+    m = model_arg(t)
+    if engine != "runners" and (not m or m.startswith("-")):
+        raise InputError(None, "target.model", f"the model {m!r} "
+                         + ("is empty" if not m else "starts with '-': the engine would read "
+                            "it as a flag"),
+                         "name the model by a path or a Hugging Face repository that does not "
+                         "start with '-' (./-name for a folder named so)")
+
+
 def check_commands(cmds: list[Command]) -> None:
     bad = [f"{c.name}: {p}" for c in cmds for p in flagsets.problems(c)]
     if bad:  # a bug of hastune's, never the user's input
@@ -84,6 +98,7 @@ def export(cfg: ConfigBase, target: Target, engine: str, out: str | Path,
     from hastune.export import readme
 
     out = Path(out)
+    check_model(target, engine)
     p = plan(cfg, target.gpus_per_node, closest=closest)
     if engine == "runners":
         p = _runners_plan(cfg, p)
@@ -125,7 +140,7 @@ def _backend(t: Target) -> str:
 def _write_scripts(res: ExportResult, cfg: ConfigBase, t: Target, engine: str,
                    dummy: bool) -> list[Path]:
     from hastune.export.engines import COMMANDS
-    from hastune.export.scripts import launch_script, role_script
+    from hastune.export.scripts import launch_script, literal, role_script
 
     p = res.plan
     cmds = COMMANDS[engine](p, t, dummy)
@@ -135,7 +150,7 @@ def _write_scripts(res: ExportResult, cfg: ConfigBase, t: Target, engine: str,
              f"{flagsets.pinned(cmds[0].program)}")
     order: list[tuple[str, list[Command]]] = []
     by_role = {i.name: i.role for i in p.instances}
-    setup = f'mkdir -p "{_ec_dir()}"\n' if engine == "vllm" and p.shape == "epd" else ""
+    setup = f"mkdir -p {literal(_ec_dir())}\n" if engine == "vllm" and p.shape == "epd" else ""
     for role in p.roles:
         mine = [c for c in cmds if by_role.get(c.name) == role]
         order.append((f"{role}.sh", mine))
@@ -168,7 +183,7 @@ def _vllm_src() -> str:
 
 
 def _write(path: Path, text: str) -> Path:
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     if path.suffix == ".sh":
         path.chmod(0o755)
     return path
@@ -188,11 +203,11 @@ def _runners_plan(cfg: ConfigBase, p: Plan) -> Plan:
 
 
 def _write_runners(out: Path, config_file: str | None) -> list[Path]:
+    from hastune.export.scripts import literal
+
     where = str(Path(config_file).resolve()) if config_file else "best_config.yaml"
-    for ch in '\\"$`':  # literal inside the double quotes below
-        where = where.replace(ch, "\\" + ch)
     text = ("#!/usr/bin/env bash\n# hastune's own engine (runners/) running this config.\n"
             "set -euo pipefail\n"
-            f'CONFIG="${{CONFIG:-{where}}}"\n'
+            f'if [ -z "${{CONFIG:-}}" ]; then CONFIG={literal(where)}; fi\n'
             'exec hastune serve "$CONFIG" --device "${DEVICE:-cuda}" --ignore-target "$@"\n')
     return [_write(out / "serve.sh", text)]

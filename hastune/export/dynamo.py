@@ -126,6 +126,7 @@ def validate(doc: dict[str, Any]) -> None:
 
 def write_manifest(res: ExportResult, t: Target, backend: str, dummy: bool) -> list[Path]:
     from hastune.export import model_arg
+    from hastune.export.scripts import one_line
 
     p = res.plan
     if backend == "sglang" and p.shape == "epd":
@@ -141,7 +142,9 @@ def write_manifest(res: ExportResult, t: Target, backend: str, dummy: bool) -> l
     res.plan.notes.append("Dynamo's Frontend routes requests; the ports and GPU ids of the "
                           "scripts are the operator's to assign (each pod gets tp x pp GPUs)")
     path = res.out / "dgd.yaml"
-    path.write_text(f"# DynamoGraphDeployment written by `hastune export` for {t.model} on "
-                    f"{t.gpus} x {t.gpu}\n# apply: kubectl apply -f dgd.yaml (Dynamo 1.6.1 "
-                    "operator)\n" + yaml.safe_dump(doc, sort_keys=False))
+    # every value of the manifest goes through yaml's dumper; the comment is kept one line
+    head = one_line(f"DynamoGraphDeployment written by `hastune export` for {t.model} on "
+                    f"{t.gpus} x {t.gpu}")
+    path.write_text(f"# {head}\n# apply: kubectl apply -f dgd.yaml (Dynamo 1.6.1 operator)\n"
+                    + yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return [path]

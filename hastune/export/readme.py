@@ -3,16 +3,32 @@ engine flags each got), what the engine does not express, and how to start it.""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hastune import archs
 from hastune.archs.base import ConfigBase
 from hastune.export import flags as flagsets
+from hastune.export.scripts import one_line, quote
 from hastune.export.target import Target
 
 if TYPE_CHECKING:
     from hastune.export import ExportResult
+
+
+def code(text: str) -> str:
+    """`text` as one Markdown code span on one line (its own backticks fenced by more, a
+    newline or other unprintable character escaped, `|` escaped for a table cell)."""
+    text = one_line(text).replace("|", "\\|")
+    fence = "`" * (1 + max((len(r) for r in re.findall("`+", text)), default=0))
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def shell(argv: list[str]) -> str:
+    """A command as the scripts write it (hastune's variables expand, the rest is quoted)."""
+    return " ".join(quote(w) for w in argv)
 
 
 def _sources(programs: list[str]) -> list[str]:
@@ -30,23 +46,26 @@ def _sources(programs: list[str]) -> list[str]:
 def write(res: ExportResult, cfg: ConfigBase, t: Target) -> Path:
     p = res.plan
     arch = archs.get(cfg.architecture)
-    lines = [f"# {res.engine} launch files for {arch.describe(cfg)}", "",
-             f"Tuned by hastune {t.hastune} for recipe `{t.recipe}`: model `{t.model_label}`"
-             + (f" (sha256 of config.json {t.model_config_sha256[:12]}…)"
-                if t.model_config_sha256 else "")
-             + f", {t.gpus} x {t.gpu}, {t.precision.label}; P{t.slo.percentile:g} TTFT "
-             f"{t.slo.ttft_s:g} s / TPOT {t.slo.tpot_s:g} s; goodput {t.goodput_rps:.3f} req/s "
-             f"({t.goodput_per_gpu:.3f} per GPU) as hastune evaluated it.", ""]
+    # every value from the config, target or recipe is kept on its line (one_line, code)
+    lines = [one_line(f"# {res.engine} launch files for {arch.describe(cfg)}"), "",
+             one_line(f"Tuned by hastune {t.hastune} for recipe {code(t.recipe)}: model "
+                      f"{code(t.model_label)}"
+                      + (f" (sha256 of config.json {code(t.model_config_sha256[:12])}…)"
+                         if t.model_config_sha256 else "")
+                      + f", {t.gpus} x {t.gpu}, {t.precision.label}; P{t.slo.percentile:g} "
+                      f"TTFT {t.slo.ttft_s:g} s / TPOT {t.slo.tpot_s:g} s; goodput "
+                      f"{t.goodput_rps:.3f} req/s ({t.goodput_per_gpu:.3f} per GPU) as "
+                      "hastune evaluated it."), ""]
     if p.blocking:
         lines += ["## Not expressible", "",
                   f"{res.engine} cannot run this deployment as tuned, so no launch file was "
                   "written:", ""]
-        lines += [f"- {b}" for b in p.blocking]
+        lines += [f"- {one_line(b)}" for b in p.blocking]
         lines += ["", "`hastune export CONFIG --engine ENGINE --closest` writes the nearest "
                   "deployment the engine can run and lists what it changes.", ""]
     if p.closest:
         lines += ["## Closest expressible deployment (not the tuned one)", ""]
-        lines += [f"- {c}" for c in p.closest] + [""]
+        lines += [f"- {one_line(c)}" for c in p.closest] + [""]
         if p.closest_config is not None:
             lines += ["As a hastune config: closest_config.yaml (`hastune evaluate RECIPE "
                       "--config closest_config.yaml` gives its goodput in the simulator).", ""]
@@ -56,9 +75,8 @@ def write(res: ExportResult, cfg: ConfigBase, t: Target) -> Path:
         roles = {i.name: i.role for i in p.instances}
         for c in res.commands:
             gpus = c.env.get("CUDA_VISIBLE_DEVICES", "")
-            argv = " ".join(c.argv()).replace("|", "\\|")
-            lines.append(f"| {c.name} | {roles.get(c.name, c.name)} | {c.node} | {gpus} | "
-                         f"{c.port} | `{argv}` |")
+            lines.append(one_line(f"| {c.name} | {roles.get(c.name, c.name)} | {c.node} | "
+                                  f"{gpus} | {c.port} | {code(shell(c.argv()))} |"))
         start = ("`kubectl apply -f dgd.yaml` with Dynamo 1.6.1's operator installed (each "
                  "role is one component; replicas = its instances)." if res.engine == "dynamo"
                  else "")
@@ -72,7 +90,8 @@ def write(res: ExportResult, cfg: ConfigBase, t: Target) -> Path:
                   "it):", ""]
         lines += _sources([c.program for c in res.commands]) + [""]
     if p.notes:
-        lines += ["## Not expressed by the engine", ""] + [f"- {n}" for n in p.notes] + [""]
+        lines += ["## Not expressed by the engine", ""]
+        lines += [f"- {one_line(n)}" for n in p.notes] + [""]
     path = res.out / "README.md"
-    path.write_text("\n".join(lines))
+    path.write_text("\n".join(lines), encoding="utf-8")
     return path
