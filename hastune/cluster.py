@@ -44,7 +44,7 @@ def _link(v: object) -> object:
 
 class Cluster(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    gpu: str = Field(description="GPU type, e.g. a100-80gb; selects the profile")
+    gpu: str = Field(max_length=100, description="GPU type, e.g. a100-80gb; selects the profile")
     gpus: int = Field(gt=0, le=MAX_GPUS, strict=True, description="GPU budget G")
     gpus_per_node: int = Field(gt=0, le=MAX_GPUS, strict=True, default=8)
     intra_node: Link = Field(default_factory=lambda: Link(**_link("pcie4")))  # type: ignore[arg-type]

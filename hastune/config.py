@@ -37,11 +37,11 @@ def parse_config(data: dict, file: str | Path | None = None) -> ConfigBase:
     if "architecture" not in data:
         raise InputError(file, "architecture", "missing",
                          f"add architecture: one of {', '.join(archs.NAMES)}")
-    archs.get(data["architecture"], file)
+    arch = archs.get(data["architecture"], file)
     try:
         return _adapter().validate_python(data)
     except ValidationError as exc:
-        err = from_pydantic(file, exc)
+        err = from_pydantic(file, exc, model=arch.config)
         # drop pydantic's union tag ('<architecture>.n_E' → 'n_E')
         if err.field and err.field.split(".")[0] in archs.NAMES:
             err = InputError(file, err.field.split(".", 1)[-1] if "." in err.field else None,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hastune import archs, engine_terms
 from hastune.config import AnyConfig
-from hastune.errors import InputError, accepts
+from hastune.errors import InputError, accepts, named_by
 from hastune.goodput import GoodputResult, Probe, search_goodput
 from hastune.profile import Profile
 from hastune.recipe import MAX_REQUESTS, Recipe
@@ -50,12 +50,17 @@ def check_seed(seed: int | None, field: str = "--seed") -> None:
                          f"give {field} ≥ 0, or leave it out for the recipe's seed")
 
 
+MAX_RATE = 1e6  # req/s (closed loop: clients); the goodput search stops at 1e5
+
+
 def check_rate(rate: float, field: str = "--rate") -> None:
-    """Refuse an arrival rate that is not a finite number > 0."""
+    """Refuse an arrival rate that is not a finite number in (0, MAX_RATE]."""
     if isinstance(rate, bool) or not isinstance(rate, Real) or not (
-            math.isfinite(rate) and rate > 0):
-        raise InputError(None, field, f"rate must be a finite number > 0 (got {rate})",
-                         "give an arrival rate in requests per second")
+            math.isfinite(rate) and 0 < rate <= MAX_RATE):
+        got = f"{rate:g}" if isinstance(rate, Real) else repr(rate)
+        raise InputError(None, field, f"rate must be a finite number > 0 and ≤ "
+                         f"{MAX_RATE:,.0f} (got {got})", "give an arrival rate in requests "
+                         f"per second, > 0 and ≤ {MAX_RATE:,.0f}")
 
 
 class Evaluation:
@@ -101,7 +106,12 @@ class Evaluation:
         self._pool = self._ramped(self._pool)
 
     def _sample(self, n: int) -> RequestSet:
-        reqs = sample_requests(self.recipe.workload, n, self.seed, base=self.recipe.base_dir)
+        try:
+            reqs = sample_requests(self.recipe.workload, n, self.seed, base=self.recipe.base_dir)
+        except InputError as exc:  # the trace file, and the recipe that names it
+            if not self.recipe.workload.trace:
+                raise
+            raise named_by(exc, self.recipe.path, "workload.trace") from None
         return engine_terms.with_frontend(reqs, self.engine_terms)
 
     def _ramped(self, reqs: RequestSet) -> RequestSet:
@@ -219,7 +229,7 @@ class Evaluation:
         cluster = self.recipe.cluster
         arch = archs.of(config)
         if config.gpus > cluster.gpus:
-            raise InputError(config_path, None,
+            raise InputError(config_path, config.largest_gpu_knob,
                              f"the config uses {config.gpus} GPUs ({arch.gpu_formula}) but the "
                              f"recipe's budget cluster.gpus is {cluster.gpus}",
                              "use fewer GPUs in the config or raise cluster.gpus in the recipe")

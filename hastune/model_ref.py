@@ -161,7 +161,9 @@ def load_arch(recipe: Recipe) -> ModelArch:
     try:
         return load_model(recipe.model, base=recipe.base_dir)
     except InputError as exc:
-        where = ": ".join(x for x in (exc.file, exc.field and f"key {exc.field}") if x)
+        # the config file and its key at fault; none when the recipe's value itself is wrong
+        where = (": ".join(x for x in (exc.file, exc.field and f"key {exc.field}") if x)
+                 if exc.file else "")
         raise InputError(recipe.path, "model", f"{where + ': ' if where else ''}{exc.problem}",
                          exc.fix) from None
 

@@ -19,6 +19,7 @@ form (see hastune.sim.decode) instead of step by step.
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_left
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -357,14 +358,12 @@ def load_profile(path: str | Path) -> Profile:
     try:
         prof = Profile.model_validate(data)
     except ValidationError as exc:
-        raise from_pydantic(path, exc) from None
+        raise from_pydantic(path, exc, model=Profile) from None
     return prof.model_copy(update={"path": str(path)})
 
 
 def profile_search_dirs(base: Path | None = None) -> list[Path]:
     """Where profiles are looked up: next to the recipe, $HASTUNE_PROFILES, the shipped ones."""
-    import os
-
     dirs: list[Path] = []
     if base is not None:
         dirs += [base / "profiles", base.parent / "profiles"]
@@ -387,7 +386,7 @@ def find_profile(model: str, gpu: str, base: Path | None = None,
     name = f"{model}.yaml" if precision == "bf16" else f"{model}.{precision}.yaml"
     for d in profile_search_dirs(base):
         cand = d / gpu / name
-        if cand.exists():
+        if os.path.exists(cand):  # False, not OSError, for a name too long for a path
             return cand
     return None
 

@@ -339,7 +339,7 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
         cands.append(Candidate(cfg, min(st.values()), st))
     cands.sort(key=lambda c: -c.bound)
     report = PruneReport(total=total, kept=cands, removed=removed, margin=margin)
-    if evaluate is not None and cands:
+    if evaluate is not None and cands and probe_top > 0:
         # probe the best-bounded candidates with distinct GPU allocations
         probed: list[Candidate] = []
         allocs: set[tuple] = set()

@@ -18,7 +18,7 @@ from pydantic import (
 
 from hastune import archs
 from hastune.cluster import Cluster
-from hastune.errors import InputError, from_pydantic
+from hastune.errors import InputError, from_pydantic, named_by
 from hastune.model_ref import Engine, Precision, no_profile, shipped_profile
 from hastune.profile import Profile, load_profile
 from hastune.yamlio import read_yaml_mapping
@@ -31,6 +31,7 @@ MAX_TOKENS = 10_000_000      # a length (tokens, audio seconds): 10M, above any 
 MAX_REQUESTS = 10_000_000    # requests in one run or probe
 MAX_SLO_S = 1e9              # an SLO (or a think time) in seconds: ~30 years, "never missed"
 MIX_TOLERANCE = 0.01         # mix shares must sum to 1 within this
+MAX_PATH = 4096              # characters of a path (Linux's PATH_MAX)
 
 
 class _Strict(BaseModel):
@@ -190,7 +191,7 @@ class Workload(_Strict):
     prompt_tokens: LengthDist = Field(default_factory=lambda: LengthDist(mean=256))
     output_tokens: LengthDist = Field(default_factory=lambda: LengthDist(mean=128))
     modalities: dict[str, ModalityPayload] = Field(default_factory=dict, validate_default=True)
-    trace: str | None = Field(default=None, description="JSONL request trace (path)")
+    trace: str | None = Field(default=None, max_length=MAX_PATH, description="JSONL trace path")
 
     @field_validator("prompt_tokens", "output_tokens", mode="before")
     @classmethod
@@ -240,7 +241,7 @@ class Workload(_Strict):
     @classmethod
     def _preset(cls, data: object) -> object:
         # a preset fills the lengths the recipe does not give itself
-        if isinstance(data, dict) and data.get("preset") in PRESETS:
+        if isinstance(data, dict) and str(data.get("preset")) in PRESETS:  # a str of them
             p = PRESETS[data["preset"]]
             data = {**data}
             for k in ("prompt_tokens", "output_tokens"):
@@ -304,21 +305,21 @@ class Evaluator(_Strict):
 
 class Recipe(_Strict):
     kind: Literal["recipe"] = "recipe"
-    name: str = "recipe"
-    model: str = Field(description="a shipped model's name, or a config.json (or its folder) "
-                       "relative to the recipe (hastune.model_ref)")
+    name: str = Field(default="recipe", max_length=1000)
+    model: str = Field(max_length=MAX_PATH, description="a shipped model's name, or a "
+                       "config.json (or its folder) relative to the recipe (hastune.model_ref)")
     precision: Precision | None = Field(default=None, description="weights / KV cache: bf16 "
                                         "or fp8 (default: the checkpoint's, KV bf16)")
     engine: Engine = Field(default_factory=Engine, description="whose kernels a built "
                            "profile is fitted on (vllm, sglang, trtllm)")
-    profile: str | None = Field(default=None, description="explicit profile path")
+    profile: str | None = Field(default=None, max_length=MAX_PATH, description="profile path")
     cluster: Cluster
     workload: Workload = Field(default_factory=Workload)
     slo: SLO = Field(description="TTFT/TPOT SLOs (default: the workload preset's)")
     architecture: Union[str, list[str]] = Field(
         default=archs.NAMES[0],
         description="an architecture of hastune.archs (default: the first registered), or a list")
-    search_space: str | None = None
+    search_space: str | None = Field(default=None, max_length=MAX_PATH)
     evaluator: Evaluator = Field(default_factory=Evaluator)
     seed: int = Field(default=0, ge=0)
     path: str | None = Field(default=None, exclude=True)
@@ -328,9 +329,11 @@ class Recipe(_Strict):
     def _preset_slo(cls, data: object) -> object:
         if isinstance(data, dict) and "slo" not in data:
             wl = data.get("workload")
-            preset = wl.get("preset") if isinstance(wl, dict) else None
-            if preset in PRESETS:
-                data = {**data, "slo": dict(PRESETS[preset]["slo"])}
+            preset = str(wl.get("preset")) if isinstance(wl, dict) else None
+            if preset not in PRESETS:
+                raise ValueError("slo is missing and no workload.preset gives default SLOs. Fix: "
+                                 "add slo: {ttft_s: ..., tpot_s: ...}, or a workload.preset")
+            data = {**data, "slo": dict(PRESETS[preset]["slo"])}
         return data
 
     @field_validator("architecture")
@@ -376,7 +379,10 @@ class Recipe(_Strict):
         p = shipped_profile(self)
         if p is None:
             raise no_profile(self)
-        prof = load_profile(p)
+        try:
+            prof = load_profile(p)
+        except InputError as exc:  # a named profile: its file (field, else `profile`), the recipe
+            raise (named_by(exc, self.path, "profile") if self.profile else exc) from None
         if prof.model != self.model and not self.profile:
             raise InputError(p, "model", f"profile is for {prof.model!r}, recipe wants "
                              f"{self.model!r}", "fix the profile's model field")
@@ -388,5 +394,5 @@ def load_recipe(path: str | Path) -> Recipe:
     try:
         rec = Recipe.model_validate(data)
     except ValidationError as exc:
-        raise from_pydantic(path, exc) from None
+        raise from_pydantic(path, exc, model=Recipe) from None
     return rec.model_copy(update={"path": str(path)})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hastune import archs
 from hastune.config import AnyConfig, config_dict, parse_config
-from hastune.errors import InputError, from_pydantic
+from hastune.errors import InputError, from_pydantic, named_by
 from hastune.yamlio import read_yaml_mapping
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
@@ -219,7 +220,7 @@ def load_space(path: str | Path) -> SearchSpace:
     try:
         space = SearchSpace.model_validate(data)
     except ValidationError as exc:
-        raise from_pydantic(path, exc) from None
+        raise from_pydantic(path, exc, model=SearchSpace) from None
     return space.model_copy(update={"source": str(Path(path).resolve())})
 
 
@@ -237,10 +238,13 @@ def _space_for(architecture: str, recipe_path: str | None,
         p = Path(override)
         if not p.is_absolute() and recipe_path:
             p = Path(recipe_path).resolve().parent / p
-        if not p.exists():
+        if not os.path.exists(p):  # False, not OSError, for a name too long for a path
             raise InputError(recipe_path, "search_space", f"search space {override} not found",
                              "give a path relative to the recipe, or remove the field")
-        space = load_space(p)
+        try:
+            space = load_space(p)
+        except InputError as exc:  # the space file, and the recipe that names it
+            raise named_by(exc, recipe_path, "search_space") from None
         if space.architecture == architecture:
             return space
         # a recipe's space for another architecture: fall back to the shipped one

@@ -231,10 +231,20 @@ def _trace_lines(path: Path):
     from hastune.yamlio import check_file
 
     check_file(path, "trace", MAX_TRACE_BYTES)
-    with path.open("rb") as fh:
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read the trace file ({exc.strerror or exc})",
+                         "check the path and its permissions") from None
+    with fh:
         lineno = 0
         while True:
-            raw = fh.readline(MAX_TRACE_LINE + 1)
+            try:
+                raw = fh.readline(MAX_TRACE_LINE + 1)
+            except OSError as exc:  # a regular file by stat() whose read fails: /proc/self/mem
+                raise InputError(path, f"line {lineno + 1}", f"cannot be read "
+                                 f"({exc.strerror or exc})", "give a JSONL trace file that "
+                                 "can be read") from None
             if not raw:
                 return
             lineno += 1
@@ -253,6 +263,10 @@ def _trace_lines(path: Path):
             except json.JSONDecodeError as exc:
                 raise InputError(path, f"line {lineno}", f"not valid JSON ({exc.msg})",
                                  "write one JSON object per line") from None
+            except ValueError as exc:  # an integer of over 4,300 digits
+                raise InputError(path, f"line {lineno}", f"not valid JSON ({exc})",
+                                 "write one JSON object per line, its counts as numbers "
+                                 "of tokens") from None
             except RecursionError:
                 raise InputError(path, f"line {lineno}", "JSON nested too deeply",
                                  "write one flat JSON object per line") from None

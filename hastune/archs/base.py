@@ -61,6 +61,19 @@ class ConfigBase(BaseModel):
             total += prod
         return total
 
+    @property
+    def largest_gpu_knob(self) -> str | None:
+        """The knob with the largest value in the pool of most GPUs: what a config over a
+        GPU budget names as its field."""
+        best: tuple[int, str] | None = None
+        for term in self.gpu_terms:
+            prod = 1
+            for k in term:
+                prod *= int(getattr(self, k))
+            if best is None or prod > best[0]:
+                best = (prod, max(term, key=lambda k: int(getattr(self, k))))
+        return best[1] if best else None
+
 
 class Parallel(BaseModel):
     """TP × PP of one full model replica; its GPUs sit next to each other (a TP group never

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from hastune.archs.epd_family import EncodePrefillDecode, PoolsConfig, pool_tp
+from hastune.cluster import MAX_GPUS
 
 
 class EPDConfig(PoolsConfig):
@@ -19,9 +20,10 @@ class EPDConfig(PoolsConfig):
     n_D decode GPUs; encode micro-batch bound B; remote-prefill share s; batch fill target p."""
 
     architecture: Literal["epd"]
-    n_E: int = Field(ge=1, description="encode instances (each also runs a local prefill)")
-    n_P: int = Field(ge=0, description="remote prefill instances")
-    n_D: int = Field(ge=1, description="decode instances")
+    n_E: int = Field(ge=1, le=MAX_GPUS,
+                     description="encode instances (each also runs a local prefill)")
+    n_P: int = Field(ge=0, le=MAX_GPUS, description="remote prefill instances")
+    n_D: int = Field(ge=1, le=MAX_GPUS, description="decode instances")
     tp_E: int = pool_tp("encode")
     tp_P: int = pool_tp("remote prefill")
     tp_D: int = pool_tp("decode")

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from hastune.archs.epd_family import EncodePrefillDecode, PoolsConfig, pool_tp
+from hastune.cluster import MAX_GPUS
 
 
 class EPDStaticConfig(PoolsConfig):
@@ -18,9 +19,9 @@ class EPDStaticConfig(PoolsConfig):
     batches leave when full or `timeout_ms` after their first request, no SM sharing."""
 
     architecture: Literal["epd-static"]
-    n_E: int = Field(ge=1)
-    n_P: int = Field(ge=1)
-    n_D: int = Field(ge=1)
+    n_E: int = Field(ge=1, le=MAX_GPUS)
+    n_P: int = Field(ge=1, le=MAX_GPUS)
+    n_D: int = Field(ge=1, le=MAX_GPUS)
     tp_E: int = pool_tp("encode")
     tp_P: int = pool_tp("remote prefill")
     tp_D: int = pool_tp("decode")

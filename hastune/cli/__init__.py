@@ -18,6 +18,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: [kernels] stays, paragraphs rewrap, no <bool>
 )
 
 
@@ -61,7 +62,7 @@ def _click_exceptions():
 
 def main() -> None:
     from hastune import interrupt
-    from hastune.cli.report import emit_error, emit_input_error, json_mode
+    from hastune.cli.report import emit_error, emit_input_error, usage_error
 
     _register()
     click = _click_exceptions()
@@ -70,11 +71,17 @@ def main() -> None:
         code = app(standalone_mode=False)  # click's errors come here, to be reported as ours
         if not code:  # a Ctrl-C swallowed after the last safe point is still an interrupt
             interrupt.check()
-    except click.ClickException as exc:  # a usage error: unknown option, missing argument
-        if json_mode():
-            emit_error(exc.exit_code, exc.format_message(), fix="see the command's --help")
-        else:
-            exc.show()
+    except getattr(click, "NoArgsIsHelpError", ()) as exc:  # `hastune`, `hastune profile`
+        print(exc.ctx.get_help())
+        sys.exit(0)
+    except click.UsageError as exc:  # unknown option, missing argument, a value of a wrong type
+        err = usage_error(exc)  # one line naming the option and what it takes
+        d = err.as_dict()
+        emit_error(exc.exit_code, d["error"], field=d["field"], fix=d["fix"],
+                   message=d["message"])
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        emit_error(exc.exit_code, exc.format_message(), fix="see the command's --help")
         sys.exit(exc.exit_code)
     except InputError as exc:
         emit_input_error(exc)

@@ -57,7 +57,7 @@ def calibrate(
     write_profile(new, out, head)
     if as_json:
         print(dumps({"profile": str(profile), "out": str(out), "probes": len(probes),
-                     "stages": [f.as_dict() for f in fits]}))
+                     "stages": [f.as_dict() for f in fits], "exit_code": 0}))
         return
     tab = Table(title=f"{profile} → {out}: error against {sum(f.rows for f in fits)} "
                 "recorded steps (median / P90 |error|, Σ: total seconds)")

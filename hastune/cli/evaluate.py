@@ -14,6 +14,7 @@ from hastune.cli import app
 from hastune.cli.common import (
     BACKEND_OPTION,
     RAY_ADDRESS_OPTION,
+    check_sim_work,
     dumps,
     fmt_s,
     print_caveats,
@@ -62,6 +63,8 @@ def evaluate(
     check_requests(requests)  # before any evaluator (the real one took 0 as "the default")
     check_seed(seed)
     rec, cfg = load_recipe(recipe), load_config(config)
+    if evaluator == "sim":
+        check_sim_work(rec, requests, 1, "evaluate")
     ev = make_evaluator(evaluator, rec, EvaluatorOptions(requests=requests, seed=seed,
                                                          backend=backend,
                                                          ray_address=ray_address,

@@ -82,9 +82,11 @@ def export(
         raise InputError(where, "--out", f"cannot write there ({exc.strerror or exc})",
                          "give a directory you can write") from None
     if as_json:
-        print(dumps({"engine": engine, "out": str(res.out), "written": res.written,
-                     "files": [str(f) for f in res.files], "blocking": res.plan.blocking,
-                     "closest": res.plan.closest, "not_expressed": res.plan.notes}))
+        if res.written:  # not written: the one JSON object is the error below
+            print(dumps({"engine": engine, "out": str(res.out), "written": res.written,
+                         "files": [str(f) for f in res.files],
+                         "blocking": res.plan.blocking, "closest": res.plan.closest,
+                         "not_expressed": res.plan.notes, "exit_code": 0}))
     else:
         con = Console(highlight=False)
         for line in res.lines():

@@ -47,8 +47,12 @@ def fidelity(
     engine with ≥ 40 rows meets the bar (cross-validated median |error| ≤ 20% TTFT, ≤ 8% TPOT,
     bias within ±10%), 4 otherwise, 2 on bad input."""
     from hastune.fidelity import score
+    from hastune.fidelity.rows import ENGINES
     from hastune.fidelity.write import write_fitted
 
+    if engine is not None and engine not in ENGINES:
+        raise InputError(None, "--engine", f"unknown engine {engine!r}",
+                         f"use one of {', '.join(ENGINES)}, or leave --engine out for all")
     con = Console(stderr=True, highlight=False)
     only = (lambda c: c.engine == engine) if engine else None
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"
@@ -61,6 +65,9 @@ def fidelity(
 
         card = score.run(measurements, _models(model), only=only, progress=progress,
                          prefill=prefill_scale)
+    if engine is not None and not card.rows:
+        raise InputError(measurements, "--engine", f"no aggregated rows of engine {engine!r}",
+                         "give the engine of some of its rows, or leave --engine out")
     agg = score.aggregate(card)
     ok = score.passes(agg)
     code = 0 if ok and all(ok.values()) else EXIT_GATE

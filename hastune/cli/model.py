@@ -20,8 +20,14 @@ model_app = typer.Typer(help="Models: `hastune model inspect PATH` reads a Huggi
 app.add_typer(model_app, name="model")
 
 
+MAX_SIDE = 65_536      # pixels on a side of --image
+MAX_AUDIO_S = 86_400   # seconds of --audio-seconds (a day)
+
+
 def _image(text: str) -> tuple[int, int]:
     parts = text.lower().split("x")
+    if len(text) > 40:  # int() of thousands of digits is slow, and no side is that long
+        parts = []
     try:
         w, h = (int(p) for p in parts)
     except ValueError:
@@ -30,7 +36,18 @@ def _image(text: str) -> tuple[int, int]:
     if w < 1 or h < 1:
         raise InputError(None, "--image", f"{text!r} has a side below 1 pixel",
                          "use positive sides, e.g. 1024x768")
+    if max(w, h) > MAX_SIDE:
+        raise InputError(None, "--image", f"{text!r} has a side over {MAX_SIDE:,} pixels",
+                         f"use sides of 1..{MAX_SIDE:,} pixels, e.g. 1024x768")
     return w, h
+
+
+def _seconds(value: float) -> float:
+    if not 0 < value <= MAX_AUDIO_S:  # also refuses nan and inf
+        raise InputError(None, "--audio-seconds", f"{value:g} is not in (0, {MAX_AUDIO_S:,}]",
+                         f"give a finite number of seconds > 0 and ≤ {MAX_AUDIO_S:,} "
+                         "(a day), e.g. 30")
+    return value
 
 
 def _gb(x: float) -> str:
@@ -95,8 +112,8 @@ def inspect(
                                "model's name (e.g. llava-v1.6-34b)"),
     image: str = typer.Option("1024x768", "--image", help="WIDTHxHEIGHT of the image whose "
                               "tokens are counted (vision encoders)"),
-    seconds: float = typer.Option(30.0, "--audio-seconds", min=0.001,
-                                  help="seconds of audio whose tokens are counted (Whisper)"),
+    seconds: float = typer.Option(30.0, "--audio-seconds", help="seconds of audio whose "
+                                  f"tokens are counted (Whisper), > 0 and ≤ {MAX_AUDIO_S:,}"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Family, total and active parameters, weight bytes (bf16, fp8), KV bytes per token per
@@ -104,9 +121,13 @@ def inspect(
     from hastune.models import load_model
     from hastune.models.summary import summary
 
-    size = _image(image)
-    s = summary(load_model(path if not Path(path).exists() else Path(path)), size, seconds)
+    size, seconds = _image(image), _seconds(seconds)
+    try:
+        local = Path(path).exists()  # a folder here wins over a shipped model of its name
+    except OSError:  # a name too long to be a path: load_model says so
+        local = False
+    s = summary(load_model(Path(path) if local else path), size, seconds)
     if as_json:
-        print(dumps(s))
+        print(dumps({**s, "exit_code": 0}))
     else:
         _print(s)

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import dumps, print_caveats
+from hastune.cli.common import check_tune_work, dumps, print_caveats
 from hastune.errors import EXIT_INTERRUPTED
 from hastune.evaluators import EVALUATORS
 
@@ -140,6 +140,8 @@ def plan(
     opts = TuneOptions(trials=trials, sampler=sampler, evaluator=evaluator, storage=storage,
                        study=study, out=str(out), seed=seed, prune=not no_prune, force=force)
     rec = load_recipe(recipe)
+    if evaluator == "sim":
+        check_tune_work(rec, not no_prune, "plan")
     planner = Planner(rec, rate, opts, search=search)
     con = Console(stderr=True, highlight=False)
 

@@ -78,13 +78,13 @@ def measure(
                     console=con, transient=False)
     task = prog.add_task(f"profiling {model} on {device}", total=None, shape="")
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if device == "cpu" and load > 0.5:
-        con.print(f"[yellow]warning:[/] load average {load:.2f}: other processes are using "
-                  "the CPU, so timings will be slower and noisier than on a quiet machine "
-                  "(the profile's source records the load)")
-
-    def on_start(total: int, cached: int) -> None:
+    def on_start(total: int, cached: int) -> None:  # the model is loaded: measuring starts
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        if device == "cpu" and load > 0.5:
+            con.print(f"[yellow]warning:[/] load average {load:.2f}: other processes are "
+                      "using the CPU, so timings will be slower and noisier than on a quiet "
+                      "machine (the profile's source records the load)")
+        prog.start()
         prog.update(task, total=total)
         if cached:
             con.print(f"resuming: {cached} of {total} shapes already measured")
@@ -92,21 +92,22 @@ def measure(
     def on_row(shape, cached: bool) -> None:
         prog.update(task, advance=1, shape=shape.key + (" (cached)" if cached else ""))
 
-    try:
-        with prog:
-            res = profile_model(model, device, out, threads=threads, gpu=gpu,
-                                memory_gb=memory_gb, quick=quick, fresh=fresh,
-                                on_start=on_start, on_row=on_row)
+    try:  # nothing is printed before the model loads: a bad --model is the one line
+        res = profile_model(model, device, out, threads=threads, gpu=gpu,
+                            memory_gb=memory_gb, quick=quick, fresh=fresh,
+                            on_start=on_start, on_row=on_row)
     except ValueError as exc:  # a bad preset or factory: runners.model says what to fix
         problem, _, fix = str(exc).partition(". Fix: ")
         raise InputError(None, "--model", problem, fix or "check --model") from None
+    finally:
+        prog.stop()
     fit = res.data["fit"]
     if as_json:
         print(dumps({"profile": str(res.path), "rows_file": str(res.rows_path),
                      "name": res.data["name"], "wall_s": res.wall_s, "measured": res.measured,
                      "shapes": len(res.rows), "held_out_error": fit["error"],
                      "fitted_error": fit["measured"]["fitted_error"],
-                     "encode": res.data["encode"], "prefill": res.data["prefill"],
+                     "encode": res.data["encode"], "prefill": res.data["prefill"], "exit_code": 0,
                      "decode": res.data["decode"]}))
         return
     out_con = Console(highlight=False)
@@ -204,7 +205,8 @@ def check(
             "kernels": {r.kind: {part: (None if s is None else asdict(s)) for part, s in
                                  (("fitted", r.fitted), ("held_out", r.held_out),
                                   ("roofline_only", r.roofline_only))} for r in rows},
-            "linear_fit": {k: v.model_dump() for k, v in prof.fit.error.items()}}))
+            "linear_fit": {k: v.model_dump() for k, v in prof.fit.error.items()},
+            "exit_code": 0 if ok else EXIT_GATE}))
         raise typer.Exit(0 if ok else EXIT_GATE)
     con = Console(highlight=False)
     if not con.is_terminal:
@@ -254,7 +256,7 @@ def _check_measured(prof, as_json: bool) -> None:
         print(dumps({"profile": prof.name, "measured": True, "device": m["device"],
                      "command": m["command"], "holdout_fraction": fit["holdout_fraction"],
                      "held_out": fit["error"], "fitted": m["fitted_error"],
-                     "rows": m["rows"], "share": m["share"]}))
+                     "rows": m["rows"], "share": m["share"], "exit_code": 0}))
         return
     con = Console(highlight=False)
     con.print(f"[bold]{prof.name}[/]: measured on {m['device']} (torch {m['torch']}), "
@@ -326,7 +328,7 @@ def build(
                "precision": prec.model_dump(), "engine": eng.model_dump(),
                "source": data["source"], "min_pp": data.get("min_pp", 1), "wall_s": wall}
     if as_json:
-        print(dumps(summary))
+        print(dumps({**summary, "exit_code": 0}))
         return
     Console(highlight=False).print(
         f"wrote [bold]{out}[/] ({data['name']}; {prec.label}; tp "

@@ -23,7 +23,8 @@ def prune_cmd(
     recipe: Path = typer.Argument(..., help="recipe YAML"),
     top: int = typer.Option(10, "--top", help="candidates to list"),
     probe_top: int = typer.Option(3, "--probe-top",
-                                  help="best-bounded candidates simulated for the lower bound"),
+                                  help="best-bounded candidates simulated for the lower bound "
+                                  "(0: no capacity rule)"),
     margin: float | None = typer.Option(
         None, "--margin", help="capacity-rule allowance: keep a configuration whose bound × "
         "margin reaches the lower bound (default: (1 + tolerance) / (1 − shortfall))"),
@@ -33,6 +34,7 @@ def prune_cmd(
 
     Exit codes: 0 some configuration is kept; 3 every one is removed (the rules that removed
     them are named); 2 bad input."""
+    from hastune.cli.common import check_work
     from hastune.evaluate import Evaluation
     from hastune.prune import emptied, prune
     from hastune.recipe import load_recipe
@@ -44,6 +46,10 @@ def prune_cmd(
         raise InputError(None, "--margin", f"must be a finite number > 0 (got {margin})",
                          "give an allowance such as 1.2, or leave it out for the derived one")
     rec = load_recipe(recipe)
+    check_work(rec.workload.requests, probe_top * len(rec.architectures),
+               f"prune (--probe-top {probe_top}, {len(rec.architectures)} "
+               f"architecture{'s' if len(rec.architectures) > 1 else ''})", rec.path,
+               other="--probe-top 0 (no capacity rule: nothing simulated)")
     ev = Evaluation(rec)
     reports = {}
     for arch in rec.architectures:
@@ -115,6 +121,10 @@ def grid(
     _check_count(top, "--top", "rows to show")
     if out is not None:
         check_out(out)  # before the work, not after it
+    from hastune.cli.common import check_tune_work
+    from hastune.recipe import load_recipe
+
+    check_tune_work(load_recipe(recipe), not no_prune, "grid")
     res = run_grid(recipe, prune_first=not no_prune, workers=workers)
     if out is not None:
         out.mkdir(exist_ok=True)

@@ -38,3 +38,92 @@ def emit_input_error(exc: InputError) -> None:
     d = exc.as_dict()
     emit_error(d["exit_code"], d["error"], file=d["file"], field=d["field"], fix=d["fix"],
                message=d["message"])
+
+
+# What the options many commands share take, beyond their type (the commands check these).
+_TAKES = {"--rate": "a number > 0 and ≤ 1,000,000",
+          "--requests": "a whole number in 1..10,000,000",
+          "--seed": "a whole number ≥ 0",
+          "--trials": "a whole number ≥ 1",
+          "--workers": "a whole number ≥ 1"}
+_KINDS = {"float": "a number", "int": "a whole number", "bool": "true or false",
+          "Path": "a path", "str": "a value"}
+_RANGES = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<"}
+
+
+def _option(param) -> str:
+    """An option's longest name (--rate, not -r), or an argument's name in capitals."""
+    opts = [o for o in getattr(param, "opts", ()) if o.startswith("--")]
+    if opts:
+        return max(opts, key=len)
+    if getattr(param, "param_type_name", "") == "argument":
+        return (param.name or "argument").upper()
+    return (getattr(param, "opts", None) or [param.name])[0]
+
+
+def _kind(param) -> str:
+    """The type `param` takes, in words (a number, a whole number, ...)."""
+    desc = getattr(param, "type_descriptor", None)
+    return _KINDS.get(getattr(getattr(desc, "annotation", None), "__name__", ""), "a value")
+
+
+def _takes(param, name: str, ctx: dict) -> str:
+    """What `param` takes: its shared domain, else its type and the range the parser saw."""
+    if name in _TAKES:
+        return _TAKES[name]
+    what = _kind(param)
+    bounds = [f"{_RANGES[k]} {v:g}" if isinstance(v, float) else f"{_RANGES[k]} {v}"
+              for k, v in ctx.items() if k in _RANGES]
+    return " ".join([what, " and ".join(bounds)]).strip()
+
+
+def _describe(param) -> str:
+    """The first clause of an option's help: what it is."""
+    text = " ".join((getattr(param, "help", None) or "").split())
+    text = text.split(";")[0].split(" (")[0].strip().rstrip(".")
+    return f" ({text})" if text and len(text) <= 80 else ""
+
+
+def usage_error(exc) -> InputError:
+    """A parser (click) error as an InputError: the option or argument as its field, what it
+    takes as its fix — not only "see --help"."""
+    ctx = getattr(exc, "ctx", None)
+    where = f"`{ctx.command_path} --help`" if getattr(ctx, "command_path", None) else "--help"
+    param = getattr(exc, "param", None)
+    text = " ".join(exc.format_message().split()).rstrip(".")
+    if param is None:
+        return _unplaced(exc, ctx, text, where)
+    name = _option(param)
+    cause = getattr(exc, "__cause__", None)
+    errs = cause.errors() if hasattr(cause, "errors") else []
+    first = errs[0] if errs else {}
+    takes = _takes(param, name, first.get("ctx") or {})
+    fix = f"give {name} {takes}{_describe(param)}"
+    if not first:  # missing, or a callback's own message
+        problem = text.removeprefix("Invalid value for ").split(": ", 1)[-1] or "missing"
+        return InputError(None, name, problem[0].lower() + problem[1:], fix)
+    got = first.get("input")
+    shown = repr(got) if len(repr(got)) <= 40 else repr(got)[:37] + "..."
+    kind = str(first.get("type", ""))
+    if kind.endswith(("_parsing", "_type", "_from_float")):
+        return InputError(None, name, f"{shown} is not {_kind(param)}", fix)
+    msg = str(first.get("msg", "invalid value")).replace("Input should be", "should be")
+    return InputError(None, name, f"{msg} (got {shown})", fix)
+
+
+def _unplaced(exc, ctx, text: str, where: str) -> InputError:
+    """A usage error of no one parameter: an unknown option or command, an option with no
+    value."""
+    name = getattr(exc, "option_name", None)
+    problem = text[0].lower() + text[1:] if text else "bad usage"
+    if name and "requires an argument" in text:
+        return InputError(None, name, problem, f"give a value after {name}; see {where}")
+    if name:
+        near = sorted(getattr(exc, "possibilities", None) or [])
+        return InputError(None, name, problem.split(" (Possible")[0], (
+            f"use {' or '.join(near)}, or " if near else "use ") + f"an option of {where}")
+    group = getattr(ctx, "command", None)
+    if text.startswith("No such command") and hasattr(group, "list_commands"):
+        return InputError(None, "COMMAND", problem, "use one of "
+                          + ", ".join(group.list_commands(ctx)))
+    return InputError(None, None, problem, f"see {where}")

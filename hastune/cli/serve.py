@@ -15,7 +15,7 @@ from rich.progress import Progress
 
 from hastune import archs
 from hastune.cli import app
-from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, fmt_s
+from hastune.cli.common import RAY_ADDRESS_OPTION, SERVE_BACKEND_OPTION, dumps, fmt_s
 from hastune.errors import EXIT_INTERRUPTED, EXIT_REQUESTS_LOST
 
 
@@ -37,7 +37,7 @@ def serve(
                                 "arrival a request whose predicted TTFT, its wait counted "
                                 "this many times, exceeds the recipe's TTFT SLO; 0 turns it "
                                 "off"),
-    backend: str = BACKEND_OPTION,
+    backend: str = SERVE_BACKEND_OPTION,
     ray_address: str | None = RAY_ADDRESS_OPTION,
     oversubscribe: bool = typer.Option(False, "--oversubscribe", help="run a deployment that "
                                        "needs more cores (workers × threads) or GPUs than "
@@ -57,6 +57,7 @@ def serve(
     130 interrupted (Ctrl-C)."""
     from hastune.config import load_config
     from hastune.errors import InputError
+    from hastune.evaluate import check_rate, check_requests, check_seed
     from hastune.recipe import load_recipe
     from hastune.workload import sample_requests
     from runners.engine import Engine, EngineOptions
@@ -64,16 +65,17 @@ def serve(
     from runners.engine.load import jobs_from, to_result
     from runners.engine.modes import check_config
 
+    check_rate(rate)  # the values first: nothing is loaded or started for a bad one
+    check_requests(requests)
+    check_seed(seed)
+    if not 0 <= admit < 1e6:  # also refuses nan
+        raise InputError(None, "--admit-margin", f"{admit} is not in [0, 1e6)",
+                         "give a margin such as 2, or 0 to turn admission control off")
     cfg = load_config(config)
     check_config(cfg, config)
     if not ignore_target:
         check_target(config, model or (load_recipe(recipe).model if recipe else "ref-small"),
                      device)
-    if rate <= 0 or requests <= 0:
-        raise InputError(None, "--rate/--requests", "must be > 0", "give positive values")
-    if not 0 <= admit < 1e6:  # also refuses nan
-        raise InputError(None, "--admit-margin", f"{admit} is not in [0, 1e6)",
-                         "give a margin such as 2, or 0 to turn admission control off")
     check(backend)
     rec = load_recipe(recipe) if recipe else None
     name = model or (rec.model if rec else "ref-small")

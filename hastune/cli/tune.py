@@ -15,7 +15,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION, dumps, print_caveats, terms_line
+from hastune.cli.common import (
+    BACKEND_OPTION,
+    RAY_ADDRESS_OPTION,
+    check_tune_work,
+    dumps,
+    print_caveats,
+    terms_line,
+)
 from hastune.cli.tune_run import fail, one_line, run_workers, storage_errors
 from hastune.config import parse_config
 from hastune.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NO_CONFIG, InputError
@@ -160,6 +167,8 @@ def tune(
                          "deployment takes this machine's GPUs and the router's port)",
                          "drop --workers")
     rec = load_recipe(recipe)
+    if evaluator == "sim":
+        check_tune_work(rec, not no_prune, "tune")
     from hastune.tune.recheck import check_recipe
 
     check_recipe(rec, recheck, recheck_rounds, evaluator, engine)  # before the search

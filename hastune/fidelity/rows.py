@@ -92,11 +92,14 @@ def read_cases(path: str | Path) -> list[Case]:
     return out
 
 
+ENGINES = ("vllm", "sglang", "trtllm")  # a row's `backend`
+
+
 def _case(row: dict, p: Path, line: int) -> Case:
     eng = (row["backend"] or "").strip()
-    if eng not in ("vllm", "sglang", "trtllm"):
+    if eng not in ENGINES:
         raise InputError(p, f"line {line}: backend", f"unknown engine {eng!r}",
-                         "use vllm, sglang or trtllm")
+                         f"use one of {', '.join(ENGINES)}")
     system = (row["system"] or "").strip()
     if system not in SYSTEMS:
         raise InputError(p, f"line {line}: system", f"unknown system {system!r}",

@@ -11,6 +11,10 @@ from typing import Any
 from hastune.errors import InputError
 
 _MISSING = object()
+# The largest whole number a config key may hold (published ones stay far below: vocabularies
+# of 10^6, context lengths of 10^7, pixel counts of 10^8), and the most layers of one stack.
+MAX_INT = 2**31 - 1
+MAX_LAYERS = 10_000
 
 
 class Cfg:
@@ -37,15 +41,19 @@ class Cfg:
             return default
         return v
 
-    def int(self, name: str, default: Any = _MISSING, minimum: int = 1) -> int:
+    def int(self, name: str, default: Any = _MISSING, minimum: int = 1,
+            maximum: int = MAX_INT) -> int:
         v = self.raw(name, default)
         if v is None:
             return v
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (
                 isinstance(v, float) and (not math.isfinite(v) or v != int(v))):
-            raise self.error(name, f"{v!r} is not a whole number", "use a whole number")
+            raise self.error(name, f"{_short(v)} is not a whole number", "use a whole number")
         if v < minimum:
-            raise self.error(name, f"{v!r} is below {minimum}", f"use a value ≥ {minimum}")
+            raise self.error(name, f"{_short(v)} is below {minimum}", f"use a value ≥ {minimum}")
+        if v > maximum:
+            raise self.error(name, f"{_short(v)} is above {maximum:,}",
+                             f"use a value ≤ {maximum:,} (the published config's)")
         return int(v)
 
     def bool(self, name: str, default: bool) -> bool:

@@ -3,7 +3,7 @@ Phi-3) and MoE decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 with MLA)
 
 from __future__ import annotations
 
-from hastune.models.cfg import Cfg
+from hastune.models.cfg import MAX_LAYERS, Cfg
 from hastune.models.spec import LLMArch
 
 # model_type → (family, default tie_word_embeddings), as transformers' configuration classes
@@ -14,6 +14,8 @@ MOE = {"mixtral": False, "qwen2_moe": False, "qwen3_moe": False, "deepseek_v2": 
        "deepseek_v3": False}
 DECODERS = {**DENSE, **MOE}
 
+# the most parameters a model may have (the largest published ones have about 2 × 10^12)
+MAX_PARAMS = 1e14
 # activations of a gated MLP (SwiGLU / GeGLU); anything else is refused by name
 GATED_ACTS = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new", "gelu_tanh"}
 # quantization_config.quant_method values whose weights are fp8
@@ -114,7 +116,7 @@ def _mla(c: Cfg) -> dict:
 def read_llm(c: Cfg, model_type: str, tie_default: bool | None = None,
              precision: str | None = None) -> LLMArch:
     """The LLM of one text config (`model_type` already checked against DECODERS)."""
-    layers, hidden = c.int("num_hidden_layers"), c.int("hidden_size")
+    layers, hidden = c.int("num_hidden_layers", maximum=MAX_LAYERS), c.int("hidden_size")
     heads = c.int("num_attention_heads")
     kv_heads = c.int("num_key_value_heads", heads)
     if heads % kv_heads:
@@ -148,4 +150,10 @@ def read_llm(c: Cfg, model_type: str, tie_default: bool | None = None,
         fields.update(_moe(c, model_type, layers, hidden))
     if model_type in ("deepseek_v2", "deepseek_v3"):
         fields.update(_mla(c))
-    return LLMArch(**fields)
+    llm = LLMArch(**fields)
+    if not llm.params <= MAX_PARAMS:
+        raise c.error("num_hidden_layers", f"{layers:,} layers of hidden size {hidden:,} make "
+                      f"{llm.params:.3g} parameters, over the {MAX_PARAMS:.0e} limit",
+                      "check num_hidden_layers, hidden_size, intermediate_size and "
+                      "vocab_size against the published config")
+    return llm

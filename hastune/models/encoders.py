@@ -4,7 +4,7 @@ each with its projector into the LLM and the rule that turns a payload into toke
 
 from __future__ import annotations
 
-from hastune.models.cfg import Cfg
+from hastune.models.cfg import MAX_LAYERS, Cfg
 from hastune.models.spec import EncoderArch, PayloadRule
 
 NOT_GATED = {"quick_gelu", "gelu", "gelu_pytorch_tanh", "gelu_new"}
@@ -58,7 +58,7 @@ def clip(c: Cfg, text_hidden: int, pre: Cfg | None, anyres: bool) -> EncoderArch
     if mt not in ("clip_vision_model", "siglip_vision_model"):
         raise v.error("model_type", f"vision tower {mt!r} is not modelled",
                       "use clip_vision_model or siglip_vision_model")
-    H, layers = v.int("hidden_size"), v.int("num_hidden_layers")
+    H, layers = v.int("hidden_size"), v.int("num_hidden_layers", maximum=MAX_LAYERS)
     size, patch = _tile(v, _side(v, "image_size"), _side(v, "patch_size"))
     grid = (size // patch) ** 2
     cls = 1 if mt == "clip_vision_model" else 0
@@ -102,7 +102,7 @@ def clip(c: Cfg, text_hidden: int, pre: Cfg | None, anyres: bool) -> EncoderArch
 def siglip_gemma3(c: Cfg, text_hidden: int) -> EncoderArch:
     """Gemma 3: SigLIP at 896 px, 4×4 average pool to mm_tokens_per_image, RMSNorm + linear."""
     v = c.sub("vision_config")
-    H, layers = v.int("hidden_size"), v.int("num_hidden_layers")
+    H, layers = v.int("hidden_size"), v.int("num_hidden_layers", maximum=MAX_LAYERS)
     size, patch = _tile(v, _side(v, "image_size", 896), _side(v, "patch_size", 14))
     grid = (size // patch) ** 2
     tokens = c.int("mm_tokens_per_image", 256)
@@ -123,7 +123,7 @@ def siglip_gemma3(c: Cfg, text_hidden: int) -> EncoderArch:
 def internvit(c: Cfg, text_hidden: int, pre: Cfg | None, hf_native: bool) -> EncoderArch:
     """InternVL: InternViT over 448 px tiles, pixel shuffle, LayerNorm + 2-layer MLP."""
     v = c.sub("vision_config")
-    H, layers = v.int("hidden_size"), v.int("num_hidden_layers")
+    H, layers = v.int("hidden_size"), v.int("num_hidden_layers", maximum=MAX_LAYERS)
     size = _side(v, "image_size", 448) if not c.has("force_image_size") else c.int(
         "force_image_size")
     patch = _side(v, "patch_size", 14)
@@ -162,7 +162,7 @@ def internvit(c: Cfg, text_hidden: int, pre: Cfg | None, hf_native: bool) -> Enc
 def qwen25_vit(c: Cfg, pre: Cfg | None) -> EncoderArch:
     """Qwen2.5-VL: a ViT with window attention and a 2×2 patch merger, dynamic resolution."""
     v = c.sub("vision_config")
-    H, layers = v.int("hidden_size"), v.int("depth")
+    H, layers = v.int("hidden_size"), v.int("depth", maximum=MAX_LAYERS)
     patch, merge = v.int("patch_size", 14), v.int("spatial_merge_size", 2)
     temporal = v.int("temporal_patch_size", 2)
     win_px = v.int("window_size", 112)
@@ -195,7 +195,7 @@ def qwen25_vit(c: Cfg, pre: Cfg | None) -> EncoderArch:
 def whisper(c: Cfg, text_hidden: int, kind: str) -> EncoderArch:
     """Whisper's encoder (Ultravox: stack 8 + SwiGLU projector; Qwen2-Audio: pool 2 + linear)."""
     a = c.sub("audio_config")
-    d, layers = a.int("d_model"), a.int("encoder_layers")
+    d, layers = a.int("d_model"), a.int("encoder_layers", maximum=MAX_LAYERS)
     mels, frames = a.int("num_mel_bins", 128), a.int("max_source_positions", 1500)
     if kind == "ultravox":
         if c.str("projector_act", "swiglu") != "swiglu":

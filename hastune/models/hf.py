@@ -17,7 +17,7 @@ from pathlib import Path
 from hastune.errors import InputError
 from hastune.models import encoders
 from hastune.models.cfg import Cfg, non_finite
-from hastune.models.decoders import DECODERS, MOE, checkpoint_precision, read_llm
+from hastune.models.decoders import DECODERS, MAX_PARAMS, MOE, checkpoint_precision, read_llm
 from hastune.models.spec import ModelArch
 from hastune.models.tokens import fit_payloads
 
@@ -30,19 +30,62 @@ COMPOSITE = {"llava": ("text_config", "llama"), "llava_next": ("text_config", "l
 SUPPORTED = sorted({*DECODERS, *COMPOSITE} - {"qwen2_5_vl_text", "qwen2_vl_text"})
 
 
-def _read_json(path: Path) -> dict:
+# config.json and preprocessor_config.json: published ones are a few KB, nested 3 deep
+MAX_JSON_BYTES = 10 * 2**20
+MAX_JSON_DEPTH = 64
+_TOO_DEEP = f"nests objects or lists more than {MAX_JSON_DEPTH} deep: not a model config"
+
+
+def _depth(data: object) -> int:
+    """How deep lists and objects nest in a parsed JSON value (iteratively: no recursion)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        obj, d = stack.pop()
+        if isinstance(obj, (dict, list)):
+            deepest = max(deepest, d)
+            if d <= MAX_JSON_DEPTH:
+                stack.extend((v, d + 1) for v in (obj.values() if isinstance(obj, dict)
+                                                  else obj))
+    return deepest
+
+
+def _parse_json(path: Path, raw: bytes) -> object:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, None, f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+                         f"offset {exc.start}): not a config.json", "give the model's "
+                         "config.json as published (JSON text)") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InputError(path, None, _TOO_DEEP, "give the model's config.json as "
+                         "published") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer of over 4,300 digits
+        raise InputError(path, None, f"is not JSON ({exc})",
+                         "give the model's config.json as published") from None
+
+
+def _read_json(path: Path) -> dict:
+    """A config file: a regular file of at most MAX_JSON_BYTES, UTF-8 JSON, an object nested
+    at most MAX_JSON_DEPTH deep, with finite numbers; an InputError naming it otherwise."""
+    from hastune.yamlio import check_file
+
+    check_file(path, "model config", MAX_JSON_BYTES)
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_JSON_BYTES + 1)  # the file may have grown since stat()
     except OSError as exc:
         raise InputError(path, None, f"cannot be read ({exc.strerror or exc})",
                          "give a readable config.json or a folder holding one") from None
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(path, None, f"is not JSON ({exc})",
-                         "give the model's config.json as published") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise InputError(path, None, f"is over the {MAX_JSON_BYTES // 2**20} MiB limit",
+                         "give the model's config.json as published (a few KB)")
+    data = _parse_json(path, raw)
     if not isinstance(data, dict):
         raise InputError(path, None, "is not a JSON object", "give the model's config.json")
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise InputError(path, None, _TOO_DEEP, "give the model's config.json as published")
     bad = next(non_finite(data), None)
     if bad is not None:
         raise InputError(path, bad, "is not a finite number (NaN or Infinity)",
@@ -55,9 +98,18 @@ def config_files(path: Path) -> tuple[Path, Path | None]:
     if path.is_dir():
         cfg = path / "config.json"
         if not cfg.is_file():
+            if cfg.exists():  # a directory, FIFO or device by that name
+                from hastune.yamlio import check_file
+
+                check_file(cfg, "model config")
             raise InputError(path, None, "holds no config.json",
                              "give a folder with the model's config.json, or the file")
     elif path.is_file():
+        cfg = path
+    elif path.exists() or path.is_symlink():  # a device, FIFO, socket or a broken link
+        from hastune.yamlio import check_file
+
+        check_file(path, "model config")
         cfg = path
     else:
         raise InputError(path, None, "does not exist", "give a shipped model name, a "
@@ -123,9 +175,18 @@ def read_config(path: str | Path, name: str | None = None) -> ModelArch:
     note = f"read from {cfg_path.name} ({mt}" + (f", LLM {tmt}" if tmt != mt else "") + ")"
     if llm.mtp_layers:
         note += f"; {llm.mtp_layers} multi-token-prediction layer(s) not counted"
-    return ModelArch(label, llm, enc, note=note,
+    arch = ModelArch(label, llm, enc, note=note,
                      payloads=fit_payloads(enc.payload) if enc and enc.payload else (),
                      family=_family(mt, llm, enc), source=str(cfg_path))
+    if not arch.params <= MAX_PARAMS:  # the LLM's own are checked as it is read
+        raise InputError(cfg_path, None, f"describes {arch.params:.3g} parameters, over the "
+                         f"{MAX_PARAMS:.0e} limit", "check the encoder's sizes against the "
+                         "published config")
+    return arch
+
+
+def _short(s: str, n: int = 80) -> str:
+    return s if len(s) <= n else s[:n] + f"... ({len(s)} characters)"
 
 
 def load_model(ref: str | Path, base: Path | None = None) -> ModelArch:
@@ -137,11 +198,18 @@ def load_model(ref: str | Path, base: Path | None = None) -> ModelArch:
     p = Path(ref)
     if base is not None and not p.is_absolute():
         p = base / p
-    if not p.exists():
-        raise InputError(None, "model", f"{str(ref)!r} is neither a shipped model nor a "
-                         "config path", f"use one of {', '.join(sorted(MODELS))}, a "
-                         "config.json, or a folder holding one")
-    return read_config(p)
+    names = f"use one of {', '.join(sorted(MODELS))}, a config.json, or a folder holding one"
+    try:
+        there = p.exists() or p.is_symlink()  # a broken or looping link: read_config says which
+    except OSError as exc:  # a name too long for the file system, say
+        raise InputError(None, "model", f"{_short(str(ref))!r} is not a path this system can "
+                         f"open ({exc.strerror or exc})", names) from None
+    if there:
+        return read_config(p)
+    if "/" in str(ref) or p.suffix in (".json", ".yaml", ".yml"):  # meant as a path
+        raise InputError(p, None, "no such model config file or folder", names)
+    raise InputError(None, "model", f"{_short(str(ref))!r} is neither a shipped model nor a "
+                     "config path", names)
 
 
 __all__ = ["MOE", "SUPPORTED", "config_files", "load_model", "read_config"]

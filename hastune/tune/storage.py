@@ -60,11 +60,23 @@ def check_out(out: Path, option: str = "--out") -> None:
         parent = out.absolute().parent
         if not parent.is_dir():
             raise InputError(out, option, *_missing(parent, option))
-        if not os.access(parent, os.W_OK | os.X_OK):
+        if not os.access(parent, os.W_OK | os.X_OK) or not _can_create_in(parent):
             raise InputError(out, option, f"cannot create it: {parent} is not writable",
                              f"choose another {option}")
-    elif not os.access(out, os.W_OK | os.X_OK):
+    elif not os.access(out, os.W_OK | os.X_OK) or not _can_create_in(out):
         raise InputError(out, option, "is not writable", f"choose another {option}")
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a directory can be made in `folder` (os.access says yes to root in /proc,
+    /sys and read-only mounts): one is made there under a unique name and removed."""
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".hastune-check-", dir=folder))
+    except OSError:
+        return False
+    return True
 
 
 def _missing(parent: Path, option: str) -> tuple[str, str]:

@@ -41,10 +41,17 @@ def load_model(name: str, device: str = "cpu", **kwargs: object) -> ServingModel
         if not callable(factory):
             raise ValueError(f"{name} is a {type(factory).__name__}, not a callable. Fix: "
                              "give package.module:callable returning a ServingModel")
-        model = factory(device=device, **kwargs)
+        try:
+            model = factory(device=device, **kwargs)
+        except Exception as exc:  # the factory is the user's code: say what it raised
+            text = " ".join(str(exc).split())[:200]
+            raise ValueError(f"calling {name}(device={device!r}) raised "
+                             f"{type(exc).__name__}: {text}. Fix: give package.module:callable"
+                             " that takes device= and returns a ServingModel") from None
         if not isinstance(model, ServingModel):
             raise ValueError(f"{name} returned {type(model).__name__}, not a ServingModel. "
-                             "Fix: subclass runners.model.base.ServingModel")
+                             "Fix: give package.module:callable returning a subclass of "
+                             "runners.model.base.ServingModel")
         return model
     from runners.model.reference import ReferenceModel
 

@@ -7,6 +7,8 @@ text naming the field or the problem). The issue's cases come first, in its orde
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +21,7 @@ from tests.robustness.inputs import (
     LIMIT_S,
     PROFILE,
     RECIPE,
+    REPO,
     bomb,
     edited,
     hastune,
@@ -63,6 +66,25 @@ def fifo(t: Path) -> Path:
     return p
 
 
+def model_json(t: Path, name: str, **changes: object) -> Path:
+    """A copy of the Llama-3.1-8B config.json at t/name with `changes` to its keys."""
+    data = json.loads((REPO / "examples" / "models" / "llama-3.1-8b" / "config.json")
+                      .read_text(encoding="utf-8"))
+    data.update(changes)
+    return text(t / name, json.dumps(data))
+
+
+def modelled(t: Path, config: Path) -> Path:
+    """A recipe whose model is the config.json `config` (with a profile: its file names it)."""
+    return recipe(t, put("model", str(config)))
+
+
+def deep_json(t: Path) -> Path:
+    return text(t / "deep.json", "[" * 200_000 + "]" * 200_000)
+
+
+BINARY = bytes(range(256)) * 16
+TORCH = importlib.util.find_spec("torch") is not None
 BOMB = "more than 100,000 YAML nodes"
 SPACE_NAN = ("architecture: epd\nparams:\n  n_E: {low: 1}\n  n_P: {low: 0}\n  n_D: {low: 1}\n"
              "  B: [4]\n  s: [0.5, .nan]\n  p: [0.6]\n")
@@ -198,6 +220,83 @@ CASES: dict[str, Case] = {
                                          "10,000,000"),
     "seed-negative": lambda t: (sim(RECIPE, "--seed", "-1"), "--seed", "-1"),
     "grid-workers-0": lambda t: (["grid", RECIPE, "--workers", "0"], "--workers", "got 0"),
+    # -- model config.json files (issue 14's tester) --------------------------------------
+    "model-config-binary": lambda t: (["model", "inspect", text(t / "bin.json", BINARY)],
+                                      "bin.json", "UTF-8"),
+    "model-config-not-utf8": lambda t: (
+        ["model", "inspect", text(t / "cfg.json", b'{"model_type": "llama", "x": "\xff"}')],
+        "cfg.json", "UTF-8"),
+    "model-config-binary-validate": lambda t: (
+        ["validate", modelled(t, text(t / "bin.json", BINARY))], "recipe.yaml", "model"),
+    "model-config-binary-profile-build": lambda t: (
+        ["profile", "build", "--model", text(t / "bin.json", BINARY), "--gpu", "h100-80gb",
+         "--out", t / "p.yaml"], "bin.json", "UTF-8"),
+    "model-config-200000-deep": lambda t: (["model", "inspect", deep_json(t)], "deep.json",
+                                           "deep"),
+    "model-config-200000-deep-validate": lambda t: (
+        ["validate", modelled(t, deep_json(t))], "recipe.yaml", "model"),
+    "model-config-5000-digit-number": lambda t: (
+        ["model", "inspect", text(t / "big.json", '{"num_hidden_layers": 1' + "0" * 5000 + "}")],
+        "big.json", "not JSON"),
+    "model-config-1e12-layers": lambda t: (
+        ["model", "inspect", model_json(t, "layers.json", num_hidden_layers=10**12)],
+        "layers.json", "num_hidden_layers"),
+    "model-config-1e20-parameters": lambda t: (
+        ["model", "inspect", model_json(t, "wide.json", hidden_size=2**30, head_dim=128,
+                                        num_attention_heads=32, num_hidden_layers=1000)],
+        "wide.json", "parameters"),
+    "model-name-300-characters": lambda t: (
+        ["validate", recipe(t, put("model", "x" * 300))], "recipe.yaml", "too long"),
+    "inspect-name-300-characters": lambda t: (["model", "inspect", "y" * 300], "model",
+                                              "too long"),
+    "model-config-is-dev-zero": lambda t: (["model", "inspect", "/dev/zero"], "/dev/zero",
+                                           "device"),
+    "model-config-is-a-fifo": lambda t: (["model", "inspect", fifo(t)], "pipe.yaml", "pipe"),
+    "inspect-audio-seconds-inf": lambda t: (
+        ["model", "inspect", "ultravox-v0.6-27b", "--audio-seconds", "inf"], "--audio-seconds",
+        "86,400"),
+    "inspect-audio-seconds-nan": lambda t: (
+        ["model", "inspect", "ultravox-v0.6-27b", "--audio-seconds", "nan"], "--audio-seconds",
+        "86,400"),
+    "inspect-image-1e8-square": lambda t: (
+        ["model", "inspect", "llava-v1.6-34b", "--image", "100000000x100000000"], "--image",
+        "65,536"),
+    "trace-5000-digit-number": lambda t: (
+        ["validate", traced(t, '{"prompt_tokens": 5, "output_tokens": 1' + "0" * 5000 + "}\n")],
+        "trace.jsonl", "line 1"),
+    # -- command-line values the parser or the command refuses ---------------------------
+    "simulate-rate-1e308": lambda t: (["simulate", RECIPE, "--config", CONFIG, "-r", "1e308"],
+                                      "--rate", "1,000,000"),
+    "simulate-rate-fast": lambda t: (["simulate", RECIPE, "--config", CONFIG, "-r", "fast"],
+                                     "--rate", "a number > 0"),
+    "simulate-seed-word": lambda t: (sim(RECIPE, "--seed", "x"), "--seed", "whole number ≥ 0"),
+    "tune-trials-many": lambda t: (["tune", RECIPE, "--trials", "many"], "--trials",
+                                   "whole number"),
+    "profile-threads-0": lambda t: (
+        ["profile", "--model", "ref-tiny", "--device", "cpu", "--out", t / "p.yaml",
+         "--threads", "0"], "--threads", "≥ 1"),
+    "serve-rate-nan": lambda t: (["serve", CONFIG, "--recipe", RECIPE, "--rate", "nan"],
+                                 "--rate", "finite"),
+    "fidelity-engine-bogus": lambda t: (
+        ["fidelity", REPO / "hastune" / "data" / "calibration" / "e2e" / "silicon_llama31.csv",
+         "--engine", "bogus"], "--engine", "vllm, sglang, trtllm"),
+    "tune-out-under-proc": lambda t: (["tune", RECIPE, "--out", "/proc/x"], "/proc/x", "--out"),
+    # -- work that cannot finish in reasonable time: refused with the arithmetic ----------
+    "prune-requests-1e7": lambda t: (
+        ["prune", recipe(t, put("workload.requests", 10**7))], "recipe.yaml",
+        "workload.requests"),
+    "simulate-requests-1e7": lambda t: (
+        ["simulate", recipe(t, put("workload.requests", 10**7)), "--config", CONFIG, "-r", "1"],
+        "recipe.yaml", "workload.requests"),
+    "evaluate-requests-1e7": lambda t: (
+        ["evaluate", recipe(t, put("workload.requests", 10**7)), "--config", CONFIG],
+        "recipe.yaml", "workload.requests"),
+    "tune-requests-1e7": lambda t: (
+        ["tune", recipe(t, put("workload.requests", 10**7)), "--out", t / "out"],
+        "recipe.yaml", "workload.requests"),
+    **({"profile-factory-not-a-model": lambda t: (
+        ["profile", "--model", "os:getcwd", "--device", "cpu", "--out", t / "p.yaml"],
+        "--model", "os:getcwd")} if TORCH else {}),
 }
 
 
