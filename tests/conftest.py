@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,12 @@ from hastune.evaluate import Evaluation
 from hastune.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A suite started as a background job of a script (`scripts/test &`) inherits SIGINT ignored,
+# and so would every hastune it starts, so the tests that press Ctrl-C on one would see it do
+# nothing. With Python's own handler here, the processes the tests start get the default.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Skips that mean "something to install is missing": under CI (CI set, as .ci/run does) they
 # fail, so a missing install step cannot hide behind a skip. Skips that mean "not applicable
