@@ -109,7 +109,8 @@ def manifest(res: ExportResult, t: Target, backend: str, model: str,
         cmds.append(c)
         comps.append(_component(role, TYPES[role], len(insts), image, c,
                                 insts[0].tp * insts[0].pp))
-    name = re.sub(r"[^a-z0-9-]+", "-", f"hastune-{t.recipe}".lower()).strip("-")[:63]
+    # a DNS-1123 label: at most 63 characters, alphanumeric at both ends (also once cut)
+    name = re.sub(r"[^a-z0-9-]+", "-", f"hastune-{t.recipe}".lower())[:63].strip("-")
     doc = {"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
            "metadata": {"name": name, "annotations": {
                "hastune/target": f"{t.model} on {t.gpus} x {t.gpu}",
