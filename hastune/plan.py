@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from hastune import interrupt
@@ -73,6 +74,7 @@ class PlanResult:
     wall_s: float = 0.0
     storage: str = ""
     caveats: list[str] = field(default_factory=list)  # the answer's (hastune.caveats)
+    files: list[Path] = field(default_factory=list)   # what hastune.plan.run wrote
 
     @property
     def answer(self) -> Step | None:
@@ -288,3 +290,78 @@ def write_plot(res: PlanResult, path) -> None:
     ax.legend(fontsize=8)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
+
+
+def write_outputs(res: PlanResult, recipe: Recipe, out: Path, plots: bool) -> list[Path]:
+    """DIR/plan.json (as --json prints), plan.csv, plan.png, and best_config.yaml (the answer's
+    configuration) next to the studies."""
+    import csv
+    import json
+
+    import yaml
+
+    from hastune.config import dump_config, parse_config
+    from hastune.jsonio import dumps
+
+    out.mkdir(exist_ok=True)
+    d = res.as_dict()
+    written = [out / "plan.json"]
+    written[0].write_text(dumps(d))
+    p = out / "plan.csv"
+    with p.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["gpus", "status", "ceiling_rps", "goodput_rps", "goodput_per_gpu",
+                    "sustains", "evaluations", "study", "config"])
+        for s in d["steps"]:
+            w.writerow([s["gpus"], s["status"], s["ceiling_rps"], s["goodput_rps"],
+                        s["goodput_per_gpu"], s["sustains"], s["evaluations"], s["study"] or "",
+                        json.dumps(s["config"], sort_keys=True) if s["config"] else ""])
+    written.append(p)
+    if (a := res.answer) is not None:
+        from hastune.export.target import TARGET_KEY, build_target, dump_target
+
+        cfg = parse_config(a.config)
+        target = build_target(budget_recipe(recipe, a.gpus), cfg, a.goodput_rps or 0.0,
+                              a.recipe_sha256)
+        p = out / "best_config.yaml"
+        p.write_text(f"# Fewest GPUs found by `hastune plan` for recipe {res.recipe} at "
+                     f"{res.rate:g} req/s:\n# {a.gpus} GPUs, P90 goodput {a.goodput_rps:.3f} "
+                     f"req/s (study {a.study}). Simulate it: hastune evaluate RECIPE --config "
+                     "this-file;\n# deploy it: hastune export this-file --engine "
+                     "vllm|sglang|dynamo (`target:` says what it is for)\n"
+                     + yaml.safe_dump(dump_config(cfg), sort_keys=False)
+                     + yaml.safe_dump({TARGET_KEY: dump_target(target)}, sort_keys=False))
+        written.append(p)
+    if plots:
+        p = out / "plan.png"
+        write_plot(res, p)
+        written.append(p)
+    return written
+
+
+def run(recipe: str | Path | Recipe, rate: float, *, search: str = "up", plots: bool = True,
+        on_step: Callable[[Step], None] | None = None, **options: Any) -> PlanResult:
+    """`hastune plan` from Python: the fewest GPUs whose best configuration sustains `rate`
+    req/s, with plan.json, plan.csv, plan.png and the answer's best_config.yaml in `out`
+    (`result.files`). `options` are hastune.tune.TuneOptions' fields (trials per count,
+    sampler, evaluator, storage, study, out="plan-out", seed, prune, force). Bad input raises
+    InputError before any work; Ctrl-C raises KeyboardInterrupt (finished trials are kept)."""
+    import optuna
+
+    from hastune.recipe import load_recipe
+    from hastune.tune.runner import TuneOptions
+    from hastune.tune.samplers import make_sampler
+    from hastune.tune.storage import check_out, check_storage
+    from hastune.worklimit import check_tune_work
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    opts = TuneOptions(**{"out": "plan-out", **options})
+    check_storage(opts.storage, Path(opts.out))
+    check_out(Path(opts.out))
+    make_sampler(opts.sampler, 0)  # unknown sampler / missing torch: fail before any work
+    rec = recipe if isinstance(recipe, Recipe) else load_recipe(Path(recipe))
+    if opts.evaluator == "sim":
+        check_tune_work(rec, opts.prune, "plan")
+    res = Planner(rec, rate, opts, search=search).run(on_step=on_step)
+    res.files = write_outputs(res, rec, Path(opts.out), plots)
+    return res

@@ -14,7 +14,6 @@ from hastune.cli import app
 from hastune.cli.common import (
     BACKEND_OPTION,
     RAY_ADDRESS_OPTION,
-    check_sim_work,
     dumps,
     fmt_s,
     print_caveats,
@@ -25,6 +24,7 @@ from hastune.errors import EXIT_NO_CONFIG
 from hastune.evaluate import check_requests, check_seed
 from hastune.evaluators import EVALUATORS, EvaluatorOptions, make_evaluator
 from hastune.recipe import load_recipe
+from hastune.worklimit import check_sim_work
 
 
 @app.command()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import json
 import sys
 from pathlib import Path
 
@@ -13,9 +11,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from hastune.cli import app
-from hastune.cli.common import check_tune_work, dumps, print_caveats
+from hastune.cli.common import dumps, print_caveats
 from hastune.errors import EXIT_INTERRUPTED
 from hastune.evaluators import EVALUATORS
+from hastune.tune.progress import config_line
 
 
 def _fmt(x: float | None) -> str:
@@ -24,8 +23,6 @@ def _fmt(x: float | None) -> str:
 
 def table(res) -> Table:
     """The GPUs → goodput table: every count 1..cluster.gpus and how it was settled."""
-    from hastune.cli.tune import _fmt_cfg
-
     pareto = set(res.pareto())
     a = res.answer
     tuned = ", ".join(str(s.gpus) for s in res.tuned) or "none"
@@ -43,55 +40,10 @@ def table(res) -> Table:
         t.add_row(f"{s.gpus}{mark}", status, _fmt(s.ceiling_rps), _fmt(s.goodput_rps),
                   _fmt(None if s.goodput_rps is None else s.goodput_rps / s.gpus),
                   str(s.evaluations) if s.status == "tuned" else "",
-                  escape(_fmt_cfg(s.config)) if s.config else "")
+                  escape(config_line(s.config)) if s.config else "")
     t.caption = ("bound: capacity bound × margin, no goodput exceeds it; ★ the answer, "
                  "· on the Pareto front (more goodput than any fewer-GPU count tuned)")
     return t
-
-
-def write_outputs(res, recipe, out: Path, plots: bool) -> list[Path]:
-    """DIR/plan.json (as --json prints), plan.csv, plan.png, and best_config.yaml (the answer's
-    configuration) next to the studies."""
-    import yaml
-
-    from hastune.config import dump_config, parse_config
-    from hastune.plan import write_plot
-
-    out.mkdir(exist_ok=True)
-    d = res.as_dict()
-    written = [out / "plan.json"]
-    written[0].write_text(dumps(d))
-    p = out / "plan.csv"
-    with p.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["gpus", "status", "ceiling_rps", "goodput_rps", "goodput_per_gpu",
-                    "sustains", "evaluations", "study", "config"])
-        for s in d["steps"]:
-            w.writerow([s["gpus"], s["status"], s["ceiling_rps"], s["goodput_rps"],
-                        s["goodput_per_gpu"], s["sustains"], s["evaluations"], s["study"] or "",
-                        json.dumps(s["config"], sort_keys=True) if s["config"] else ""])
-    written.append(p)
-    if (a := res.answer) is not None:
-        from hastune.export.target import TARGET_KEY, build_target, dump_target
-        from hastune.plan import budget_recipe
-
-        cfg = parse_config(a.config)
-        target = build_target(budget_recipe(recipe, a.gpus), cfg, a.goodput_rps or 0.0,
-                              a.recipe_sha256)
-        p = out / "best_config.yaml"
-        p.write_text(f"# Fewest GPUs found by `hastune plan` for recipe {res.recipe} at "
-                     f"{res.rate:g} req/s:\n# {a.gpus} GPUs, P90 goodput {a.goodput_rps:.3f} "
-                     f"req/s (study {a.study}). Simulate it: hastune evaluate RECIPE --config "
-                     "this-file;\n# deploy it: hastune export this-file --engine "
-                     "vllm|sglang|dynamo (`target:` says what it is for)\n"
-                     + yaml.safe_dump(dump_config(cfg), sort_keys=False)
-                     + yaml.safe_dump({TARGET_KEY: dump_target(target)}, sort_keys=False))
-        written.append(p)
-    if plots:
-        p = out / "plan.png"
-        write_plot(res, p)
-        written.append(p)
-    return written
 
 
 @app.command()
@@ -124,25 +76,11 @@ def plan(
     Exit codes: 0 found; 3 not even cluster.gpus sustains the rate (the most goodput
     reached is printed); 2 bad input; 1 the run failed (finished trials are kept); 130
     interrupted (re-run the same command to resume)."""
-    import optuna
+    from hastune.cli.report import fail
+    from hastune.plan import TUNED, run
+    from hastune.tune.storage import interrupted
+    from hastune.tune.workers import one_line, storage_errors
 
-    from hastune.cli.tune_run import fail, one_line, storage_errors
-    from hastune.plan import TUNED, Planner
-    from hastune.recipe import load_recipe
-    from hastune.tune.runner import TuneOptions
-    from hastune.tune.samplers import make_sampler
-    from hastune.tune.storage import check_out, check_storage, interrupted
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    check_storage(storage, out)
-    check_out(out)
-    make_sampler(sampler, 0)  # unknown sampler / missing torch: fail before any work
-    opts = TuneOptions(trials=trials, sampler=sampler, evaluator=evaluator, storage=storage,
-                       study=study, out=str(out), seed=seed, prune=not no_prune, force=force)
-    rec = load_recipe(recipe)
-    if evaluator == "sim":
-        check_tune_work(rec, not no_prune, "plan")
-    planner = Planner(rec, rate, opts, search=search)
     con = Console(stderr=True, highlight=False)
 
     def said(step) -> None:
@@ -164,8 +102,9 @@ def plan(
         sys.exit(EXIT_INTERRUPTED)
 
     try:
-        res = planner.run(on_step=said)
-        files = write_outputs(res, rec, out, plots=not no_plots)
+        res = run(recipe, rate, search=search, plots=not no_plots, on_step=said, trials=trials,
+                  sampler=sampler, evaluator=evaluator, storage=storage, study=study,
+                  out=str(out), seed=seed, prune=not no_prune, force=force)
     except storage_errors() as exc:
         if interrupted(exc):  # Ctrl-C inside a storage write: still an interrupt
             stopped()
@@ -180,16 +119,14 @@ def plan(
         Console(highlight=False).print(table(res))
         a = res.answer
         if a is not None:
-            from hastune.cli.tune import _fmt_cfg
-
             con.print(f"fewest GPUs: [bold]{a.gpus}[/] — {a.goodput_rps:.3f} req/s ≥ "
-                      f"{rate:g} with {escape(_fmt_cfg(a.config))}")
+                      f"{rate:g} with {escape(config_line(a.config))}")
             print_caveats(con, res.caveats)
         else:
             con.print(f"[red]no GPU count sustains {rate:g} req/s[/]: "
                       f"{escape(d['no_config_reason'])}")
         con.print(f"searched (tuned) GPU counts: {d['searched'] or 'none'}; ruled out "
                   f"without simulating: {sorted(map(int, d['ruled_out'])) or 'none'}; "
-                  f"{res.wall_s:.1f} s; wrote " + ", ".join(str(f) for f in files))
+                  f"{res.wall_s:.1f} s; wrote " + ", ".join(str(f) for f in res.files))
     if res.exit_code:
         sys.exit(res.exit_code)

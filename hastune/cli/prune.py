@@ -13,9 +13,9 @@ from rich.table import Table
 
 from hastune.cli import app
 from hastune.cli.common import dumps
-from hastune.cli.tune import _fmt_cfg
 from hastune.config import config_dict
 from hastune.errors import EXIT_NO_CONFIG, InputError
+from hastune.tune.progress import config_line
 
 
 @app.command("prune")
@@ -34,11 +34,11 @@ def prune_cmd(
 
     Exit codes: 0 some configuration is kept; 3 every one is removed (the rules that removed
     them are named); 2 bad input."""
-    from hastune.cli.common import check_work
     from hastune.evaluate import Evaluation
     from hastune.prune import emptied, prune
     from hastune.recipe import load_recipe
     from hastune.space import space_for
+    from hastune.worklimit import check_work
 
     _check_count(top, "--top", "candidates to list")
     _check_count(probe_top, "--probe-top", "candidates to simulate (0: no capacity rule)")
@@ -89,7 +89,7 @@ def prune_cmd(
         for c in ("config", "bound", "encode", "prefill", "decode", "network", "simulated"):
             t.add_column(c, justify="right" if c != "config" else "left")
         for c in rep.kept[:top]:
-            t.add_row(_fmt_cfg(config_dict(c.config)), f"{c.bound:.2f}",
+            t.add_row(config_line(config_dict(c.config)), f"{c.bound:.2f}",
                       *(f"{c.stages[s]:.1f}" for s in ("encode", "prefill", "decode", "network")),
                       "-" if c.goodput is None else f"{c.goodput:.2f}")
         con.print(t)
@@ -121,8 +121,8 @@ def grid(
     _check_count(top, "--top", "rows to show")
     if out is not None:
         check_out(out)  # before the work, not after it
-    from hastune.cli.common import check_tune_work
     from hastune.recipe import load_recipe
+    from hastune.worklimit import check_tune_work
 
     check_tune_work(load_recipe(recipe), not no_prune, "grid")
     res = run_grid(recipe, prune_first=not no_prune, workers=workers)
@@ -156,7 +156,7 @@ def grid(
     t.add_column("config")
     t.add_column("goodput (req/s)", justify="right")
     for i, r in enumerate(res["results"][:top], 1):
-        t.add_row(str(i), _fmt_cfg(r["config"]), f"{r['goodput_rps']:.3f}")
+        t.add_row(str(i), config_line(r["config"]), f"{r['goodput_rps']:.3f}")
     con.print(t)
     if code:
         con.print(f"[red]no configuration meets the SLOs[/]: {res['no_config_reason']}")

@@ -40,6 +40,25 @@ def emit_input_error(exc: InputError) -> None:
                message=d["message"])
 
 
+def fail(failures: list[str], json_said: bool = False) -> None:
+    """A run failed (a dead worker, a storage that stopped accepting writes): one line per
+    cause on stderr (and with --json, unless the summary saying so was printed already, one
+    JSON error object on stdout), exit 1."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from hastune.errors import EXIT_FAILED
+
+    con = Console(stderr=True, highlight=False, soft_wrap=True)
+    for f in failures[:-1] if not json_said else failures:
+        con.print(f"[bold red]error:[/] {escape(f)}")
+    if not json_said:  # the last cause's line, and the JSON object naming all of them
+        emit_error(EXIT_FAILED, failures[-1], fix="fix the cause and run the same command "
+                   "again: finished trials are kept in the study",
+                   message="; ".join(failures), line=failures[-1])
+    sys.exit(EXIT_FAILED)
+
+
 # What the options many commands share take, beyond their type (the commands check these).
 _TAKES = {"--rate": "a number > 0 and ≤ 1,000,000",
           "--requests": "a whole number in 1..10,000,000",

@@ -84,3 +84,23 @@ def check_baseline(path: Path, base: dict, sha: str, recipe_name: str, force: bo
     raise InputError(path, "recipe_sha256", problem,
                      "give the summary.json of a run of this same recipe (model, cluster, "
                      "workload, SLOs, search space), or pass --force to compare anyway")
+
+
+def read_baseline(path: Path) -> dict:
+    """A previous run's summary.json (`--baseline`): a JSON object with a goodput_rps."""
+    if not path.is_file():
+        raise InputError(path, None, "no baseline summary there (no such regular file)",
+                         "give the summary.json of a previous `hastune tune` run")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        raise InputError(path, None, f"not valid JSON ({why})",
+                         "give the summary.json of a previous run") from None
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read it ({exc.strerror or exc})",
+                         "give the summary.json of a previous run") from None
+    if not isinstance(data, dict) or not isinstance(data.get("goodput_rps"), (int, float)):
+        raise InputError(path, "goodput_rps", "missing or not a number",
+                         "give the summary.json of a previous `hastune tune` run")
+    return data

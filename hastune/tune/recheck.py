@@ -325,6 +325,28 @@ class Runner:
         return out
 
 
+def recheck_stage(tuner: Any, study: Any, k: int, rounds: int, summary: dict,
+                  on_event: Callable[[str, dict], None] | None = None
+                  ) -> tuple[GoodputResult | None, InputError | None]:
+    """Run the recheck, make its best measured configuration the summary's answer, and
+    return that configuration's measured GoodputResult (None if nothing was measured) and
+    the InputError that stopped it, if one did (the engine could not start, say): what was
+    measured before it is kept, and the caller writes the outputs before raising it."""
+    runner = Runner(tuner, study, k, rounds=rounds, on_event=on_event)
+    error = None
+    try:
+        got = runner.run()
+    except InputError as exc:
+        error, got = exc, runner.result
+    if got is None:  # it stopped before it had candidates
+        summary["recheck_info"] = {"error": str(error)}
+        return None, error
+    if error is not None:
+        got.stop = f"stopped by an error: {error.problem}"
+    got.apply(summary)
+    return (got.best.result if got.best is not None else None), error
+
+
 def rank(e: Entry) -> tuple:
     """Best first: by the recalibrated simulator where it has spoken, else the study's; ties
     by trial number, as the study's best (hastune.tune.outputs.best_trial) breaks them, so the

@@ -315,13 +315,14 @@ def test_ctrl_c_inside_a_storage_write_exits_130_not_1(tmp_path, monkeypatch, ct
 
 @pytest.mark.parametrize("ctrl_c", [True, False])
 def test_tune_workers_report_a_ctrl_c_inside_a_storage_write_as_an_interrupt(ctrl_c):
-    """hastune tune's side of the same case (hastune.cli.tune_run.run_workers): interrupted,
+    """hastune tune's side of the same case (hastune.tune.workers.run_workers): interrupted,
     no failure; any other storage error is a failure."""
     from types import SimpleNamespace
 
     import optuna
 
-    from hastune.cli.tune_run import run_workers
+    from hastune.tune.progress import Progress
+    from hastune.tune.workers import run_workers
 
     def prepare(st, on_trial=None):
         try:
@@ -330,6 +331,6 @@ def test_tune_workers_report_a_ctrl_c_inside_a_storage_write_as_an_interrupt(ctr
             raise optuna.exceptions.StorageInternalError("commit failed") from inner
 
     tuner = SimpleNamespace(opts=SimpleNamespace(workers=1), prepare=prepare)
-    stopped, failures = run_workers(tuner, None, "r.yaml", SimpleNamespace(line=print), None)
+    stopped, failures = run_workers(tuner, None, "r.yaml", Progress())
     assert stopped is ctrl_c
     assert bool(failures) is not ctrl_c

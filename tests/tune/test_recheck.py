@@ -202,8 +202,9 @@ def test_an_engine_error_keeps_what_was_measured_before_it(tmp_path, monkeypatch
 
     from rich.console import Console
 
-    from hastune.cli.tune_recheck import recheck_stage
+    from hastune.cli.tune_view import RecheckView
     from hastune.errors import InputError
+    from hastune.tune.recheck import recheck_stage
 
     calls: list = []
 
@@ -220,7 +221,8 @@ def test_an_engine_error_keeps_what_was_measured_before_it(tmp_path, monkeypatch
                             recipe_sha256="abc")
     summary = _summary(pool[0].config, 30.0)
     out = io.StringIO()
-    result, error = recheck_stage(tuner, None, 3, 2, summary, Console(file=out), True)
+    result, error = recheck_stage(tuner, None, 3, 2, summary,
+                                  RecheckView(Console(file=out), 3, True))
     assert isinstance(error, InputError) and result is not None
     assert [r["measured_goodput_rps"] for r in summary["recheck"]] == [10.0]
     assert "stopped by an error" in summary["recheck_info"]["stop"]
