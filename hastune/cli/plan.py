@@ -78,8 +78,8 @@ def plan(
     interrupted (re-run the same command to resume)."""
     from hastune.cli.report import fail
     from hastune.plan import TUNED, run
-    from hastune.tune.storage import interrupted
-    from hastune.tune.workers import one_line, storage_errors
+    from hastune.tune.storage import interrupted, root_cause
+    from hastune.tune.workers import storage_errors
 
     con = Console(stderr=True, highlight=False)
 
@@ -108,7 +108,7 @@ def plan(
     except storage_errors() as exc:
         if interrupted(exc):  # Ctrl-C inside a storage write: still an interrupt
             stopped()
-        fail([f"the study's storage failed ({one_line(exc)}); finished trials are kept: fix "
+        fail([f"the study's storage failed ({root_cause(exc)}); finished trials are kept: fix "
               "it and run the same command to resume"])
     except KeyboardInterrupt:
         stopped()

@@ -59,7 +59,8 @@ def run(recipe: str | Path | Recipe, *, baseline: str | Path | None = None,
     st = tuner.open_study(0)
     progress.started(tuner, st, sum(1 for t in st.get_trials(deepcopy=False)
                                     if t.user_attrs.get("evaluated")))
-    from hastune.tune.workers import one_line, run_workers, storage_errors
+    from hastune.tune.storage import root_cause
+    from hastune.tune.workers import run_workers, storage_errors
 
     try:
         interrupted, failures = run_workers(tuner, st, str(tuner.recipe.path), progress)
@@ -69,7 +70,7 @@ def run(recipe: str | Path | Recipe, *, baseline: str | Path | None = None,
         summary, final = _summary(tuner, st, time.perf_counter() - t0)
     except storage_errors() as exc:
         return TuneResult(None, EXIT_FAILED, failures=[
-            *failures, f"cannot read the study back ({one_line(exc)}): no outputs written"])
+            *failures, f"cannot read the study back ({root_cause(exc)}): no outputs written"])
     recheck_error = None
     if recheck and not interrupted and not failures:
         from hastune.tune.recheck import recheck_stage
@@ -84,7 +85,7 @@ def run(recipe: str | Path | Recipe, *, baseline: str | Path | None = None,
         files = write_outputs(tuner, st, summary, final, plots=plots)
     except storage_errors() as exc:
         return TuneResult(None, EXIT_FAILED, failures=[
-            *failures, f"cannot write the outputs to {tuner.opts.out}: {one_line(exc)}"])
+            *failures, f"cannot write the outputs to {tuner.opts.out}: {root_cause(exc)}"])
     from hastune.jsonio import dumps
 
     summary = json.loads(dumps(summary))  # exactly what summary.json and --json say

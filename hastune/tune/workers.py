@@ -19,12 +19,6 @@ def storage_errors() -> tuple[type[BaseException], ...]:
     return (storage.TuneError, *storage.storage_errors())
 
 
-def one_line(exc: BaseException) -> str:
-    from hastune.tune.storage import root_cause
-
-    return root_cause(exc)
-
-
 def run_workers(tuner: Any, st: Any, recipe: str, progress: Progress) -> tuple[bool, list[str]]:
     """Prepare, then work. Returns (interrupted, what failed)."""
     failures: list[str] = []
@@ -43,14 +37,14 @@ def run_workers(tuner: Any, st: Any, recipe: str, progress: Progress) -> tuple[b
                     pass  # the workers see it too, and say so
             failures = _deaths(tuner, st, procs, errors)
     except (KeyboardInterrupt, *storage_errors()) as exc:
-        from hastune.tune.storage import TuneError, interrupted
+        from hastune.tune.storage import TuneError, interrupted, root_cause
 
         if interrupted(exc):  # Ctrl-C, also inside a storage write: an interrupt, not a failure
             for p in procs:
                 p.join(timeout=30)
             return True, failures
         failures.append(str(exc) if isinstance(exc, TuneError) else
-                        f"the study's storage failed ({one_line(exc)}); the trials finished "
+                        f"the study's storage failed ({root_cause(exc)}); the trials finished "
                         "before it are kept in it: fix it and run the same command to resume")
     return False, failures
 
