@@ -62,19 +62,28 @@ def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None =
             f"simulated, so the real figure may be as low as {cap * n:.1f} req/s "
             "(docs/fidelity.md, what is not modelled)")
     out += _streams_past_the_fit(terms, n, in_flight, label)
-    if on and arch.name != "nodg":
+    if on and not arch.terms_checked:
+        checked = ", ".join(a.name for a in archs.ARCHITECTURES.values() if a.terms_checked)
         out.append(f"the engine terms were fitted and checked on measured runs of one "
-                   f"aggregated instance (nodg); {arch.name} with them has not been checked "
-                   "against a measurement (docs/fidelity.md)")
-    if on and (terms.get("scheduler") or {}).get("wait_iters") and arch.name != "nodg":
+                   f"aggregated instance ({checked}); {arch.name} with them has not been "
+                   "checked against a measurement (docs/fidelity.md)")
+    if (on and (terms.get("scheduler") or {}).get("wait_iters")
+            and "batch_wait" not in arch.terms_simulated):
         out.append(f"TensorRT-LLM's batch waiting (engine.batch_wait_iters) is simulated in "
-                   f"nodg only; this {arch.name} run goes without it, and its prompts may wait "
-                   "longer for their first token than simulated (docs/fidelity.md)")
-    if engine == "sglang" and on and arch.name != "nodg":
-        out.append(f"SGLang's tokenizer-manager costs per output token are simulated in nodg "
-                   f"only; this {arch.name} run goes without them, and with many clients "
-                   "SGLang's TTFT there can be higher than simulated (docs/fidelity.md)")
+                   f"{_simulating('batch_wait')} only; this {arch.name} run goes without it, "
+                   "and its prompts may wait longer for their first token than simulated "
+                   "(docs/fidelity.md)")
+    if engine == "sglang" and on and "token_frontend" not in arch.terms_simulated:
+        out.append(f"SGLang's tokenizer-manager costs per output token are simulated in "
+                   f"{_simulating('token_frontend')} only; this {arch.name} run goes without "
+                   "them, and with many clients SGLang's TTFT there can be higher than "
+                   "simulated (docs/fidelity.md)")
     return out
+
+
+def _simulating(term: str) -> str:
+    """The architectures whose simulator runs engine term `term`."""
+    return ", ".join(a.name for a in archs.ARCHITECTURES.values() if term in a.terms_simulated)
 
 
 def _streams_past_the_fit(terms: dict, n: int, in_flight: float | None, label: str

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from hastune import archs
 from hastune.profile import Profile, TPVariant
 
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -265,12 +266,12 @@ def for_profile(engine, profile: Profile) -> EngineTerms | None:
 
 
 def config_defaults(config, t: EngineTerms | None):
-    """A nodg config that leaves `chunk_tokens` out runs the engine's scheduler default."""
-    if t is None or getattr(config, "architecture", None) != "nodg":
+    """A config that leaves its architecture's `engine_chunk_knob` (nodg's `chunk_tokens`)
+    out runs the engine's scheduler default."""
+    knob = archs.of(config).engine_chunk_knob if t is not None else None
+    if knob is None or knob in config.model_fields_set:
         return config
-    if "chunk_tokens" in config.model_fields_set:
-        return config
-    return config.model_copy(update={"chunk_tokens": t.scheduler.chunk_tokens})
+    return config.model_copy(update={knob: t.scheduler.chunk_tokens})
 
 
 def jittered(fe: FrontEnd | None) -> bool:

@@ -73,3 +73,38 @@ def test_spaces_count_gpus_as_products():
     assert f.decode_instances == 3 and f.gpus == 8
     assert pz.build("fudg", {"prefill_tp": 4, "prefill_instances": 1, "decode_tp": 4,
                              "decode_pp": 2}) is None  # 4 + 8k ≠ 8
+
+
+def _name_comparisons(tree, names: set[str]) -> list[int]:
+    """Lines of `tree` that compare something with an architecture's name (==, !=, in, not in
+    a literal tuple/list/set of names)."""
+    import ast
+
+    def named(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(named(e) for e in node.elts)
+        return False
+
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Compare)
+            and any(named(x) for x in (n.left, *n.comparators))]
+
+
+def test_no_architecture_name_is_compared_outside_the_registry(root):
+    """Per-architecture answers come from the registry (hastune/archs, issue 33): no module
+    compares a config or an architecture with an architecture's name (the registry itself
+    dispatches by its dict). The check itself finds a planted comparison."""
+    import ast
+
+    from hastune import archs
+
+    names = set(archs.NAMES)
+    assert _name_comparisons(ast.parse('if cfg.architecture in ("x", "nodg"): pass'), names)
+    assert _name_comparisons(ast.parse('a = arch.name != "epd-static"'), names)
+    found = []
+    for base in ("hastune", "runners"):
+        for f in sorted((root / base).rglob("*.py")):
+            rel = f.relative_to(root).as_posix()
+            found += [f"{rel}:{n}" for n in _name_comparisons(ast.parse(f.read_text()), names)]
+    assert not found, found

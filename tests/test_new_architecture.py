@@ -16,15 +16,19 @@ import pytest
 import yaml
 
 from hastune import archs
+from hastune.caveats import caveats
 from hastune.config import parse_config
 from hastune.errors import InputError
 from hastune.evaluate import Evaluation
 from hastune.evaluators import make_evaluator
+from hastune.export import export
+from hastune.export.target import Pool, pools
 from hastune.prune import prune
 from hastune.recipe import load_recipe
 from hastune.space import load_space
 from hastune.tune.runner import TuneOptions, Tuner, evaluated_trials
 from tests.conftest import EXAMPLES, QUICK
+from tests.export.test_flags import check_dir, target_for
 
 MODULE = '''
 """`whole` — replicas that prefill whole prompts: continuous batching without chunks."""
@@ -114,6 +118,24 @@ def test_a_new_architecture_is_one_module_one_space_one_line(whole):
 
     with pytest.raises(InputError, match="does not run whole"):
         make_evaluator("real", rec).check(cfg)
+
+
+def test_a_new_architecture_exports_and_is_caveated_from_its_module(whole, tmp_path):
+    """Export, the deployment block and the caveats read the registry: the new module's
+    replicas (no chunk knob: whole prompts) deploy as vLLM replicas with chunking off, and
+    its engine terms are said to be unchecked (its module does not claim them)."""
+    cfg = parse_config({"architecture": "whole", "tp": 2, "pp": 1, "replicas": 3})
+    assert pools(cfg) == [Pool(role="replica", instances=3, tp=2)]
+    res = export(cfg, target_for(cfg), "vllm", tmp_path / "vllm")
+    assert res.written and [i.role for i in res.plan.instances] == ["replica"] * 3
+    assert [i.gpus for i in res.plan.instances] == [(0, 1), (2, 3), (4, 5)]
+    assert (tmp_path / "vllm" / "replica.sh").read_text().count("--disable-chunked-prefill") == 3
+    assert check_dir(tmp_path / "vllm") > 0
+    said = caveats({"engine": "vllm", "on": True}, cfg, 1.0)
+    assert any("whole with them has not been checked" in c and "(nodg)" in c for c in said)
+    nodg = parse_config({"architecture": "nodg", "tp": 2, "replicas": 3})
+    assert not any("has not been checked" in c for c in caveats({"engine": "vllm", "on": True},
+                                                                 nodg, 1.0))
 
 
 def test_an_unregistered_architecture_is_refused_by_name(tmp_path):

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_serializer
 
+from hastune.archs.deploy import Deployment, Pool, Topology
 from hastune.errors import InputError
 from hastune.schema import drop_new_defaults
 
@@ -159,6 +160,14 @@ class Architecture:
     # its expert-parallel switches (bool knobs, MoE models only: see `check`); a search space
     # keeps only their false value for a profile without expert-parallel sections
     ep_knobs: ClassVar[tuple[str, ...]] = ()
+    # engine terms (hastune.engine_terms): whether they were fitted and checked on measured
+    # runs of this architecture, which of the terms only some simulators run ("batch_wait":
+    # TensorRT-LLM's batch waiting; "token_frontend": SGLang's front-end cost per output
+    # token) its simulator runs, and the knob that, left out of a config, takes the engine
+    # scheduler's chunked-prefill budget
+    terms_checked: ClassVar[bool] = False
+    terms_simulated: ClassVar[frozenset[str]] = frozenset()
+    engine_chunk_knob: ClassVar[str | None] = None
 
     # -- GPU accounting -------------------------------------------------------------------
     @property
@@ -169,6 +178,12 @@ class Architecture:
     def gpu_knobs(self) -> tuple[str, ...]:
         """The GPU knobs in order; with `budget: exact` the last is derived from the others."""
         return tuple(k for term in self.gpu_terms for k in term)
+
+    @property
+    def count_knobs(self) -> tuple[str, ...]:
+        """The knobs that count its instances, one per pool ("replicas"; "n_E", "n_P",
+        "n_D"): each GPU term's last knob."""
+        return tuple(term[-1] for term in self.gpu_terms)
 
     @property
     def gpu_formula(self) -> str:
@@ -256,6 +271,17 @@ class Architecture:
         """A key shared by configs that behave the same on this workload (all but one go), or
         None."""
         return None
+
+    # -- real engines (hastune.export) ----------------------------------------------------
+    def role_pools(self, cfg: Any) -> list[Pool]:
+        """Its pools by role (empty ones too), as a deployment file names them."""
+        raise NotImplementedError
+
+    def deployment(self, cfg: Any, gpus_per_node: int, closest: bool = False) -> Deployment:
+        """`cfg` on the engines people run (hastune/archs/deploy.py); with `closest`, the
+        nearest expressible deployment where `cfg` itself is not."""
+        return Deployment(Topology.AGGREGATED, [],
+                          blocking=[f"architecture {self.name} has no export"])
 
     # -- the engine (runners/engine) ------------------------------------------------------
     def engine_check(self, cfg: Any, path: Any = None) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from hastune.archs.base import Architecture, ConfigBase, Shape
+from hastune.archs.deploy import Deployment, Pool, Topology
 from hastune.errors import InputError
 
 if TYPE_CHECKING:
@@ -171,6 +172,15 @@ class EncodePrefillDecode(Architecture):
             return None
         knobs = cfg.model_dump(exclude={"kind", "name", *self.batch_knobs()})
         return tuple(sorted(knobs.items()))
+
+    # -- real engines ----------------------------------------------------------------------
+    def role_pools(self, cfg: Any) -> list[Pool]:
+        return [Pool("encode", cfg.n_E, cfg.tp_E), Pool("prefill", cfg.n_P, cfg.tp_P),
+                Pool("decode", cfg.n_D, cfg.tp_D)]
+
+    def deployment(self, cfg: Any, gpus_per_node: int, closest: bool = False) -> Deployment:
+        """Encode servers in front of P/D, at most B concurrent requests on each encoder."""
+        return Deployment(Topology.EPD, self.role_pools(cfg), encode_batch=self.batch(cfg))
 
     # -- the engine ------------------------------------------------------------------------
     def engine_check(self, cfg: Any, path: Any = None) -> None:

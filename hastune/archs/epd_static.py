@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from hastune.archs.deploy import Deployment
 from hastune.archs.epd_family import EncodePrefillDecode, PoolsConfig, pool_tp
 from hastune.cluster import MAX_GPUS
 
@@ -42,6 +43,13 @@ class EPDStatic(EncodePrefillDecode):
 
     def batch_knobs(self) -> tuple[str, ...]:
         return ("batch", "timeout_ms")
+
+    def deployment(self, cfg: Any, gpus_per_node: int, closest: bool = False) -> Deployment:
+        dep = super().deployment(cfg, gpus_per_node, closest)
+        dep.notes.append(f"timeout_ms = {cfg.timeout_ms:g}: an encode batch leaving "
+                         f"{cfg.timeout_ms:g} ms after its first request has no engine flag; "
+                         "the encode servers batch whatever is queued")
+        return dep
 
 
 ARCH = EPDStatic()

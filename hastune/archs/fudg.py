@@ -10,6 +10,7 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from hastune.archs.base import Architecture, ConfigBase, Shape, ep_needs_tp
+from hastune.archs.deploy import Deployment, Pool, Topology
 
 if TYPE_CHECKING:
     from hastune.prune import Bounds
@@ -110,6 +111,19 @@ class FuDG(Architecture):
         kv = float(moved.mean()) * p.kv_bytes
         st["network"] = ports / kv if kv > 0 else inf
         return st
+
+    def role_pools(self, cfg: Any) -> list[Pool]:
+        return [Pool("prefill", cfg.prefill_instances, cfg.prefill_tp, cfg.prefill_pp,
+                     cfg.prefill_expert_parallel),
+                Pool("decode", cfg.decode_instances, cfg.decode_tp, cfg.decode_pp,
+                     cfg.decode_expert_parallel)]
+
+    def deployment(self, cfg: Any, gpus_per_node: int, closest: bool = False) -> Deployment:
+        dep = Deployment(Topology.PD, self.role_pools(cfg))
+        if cfg.placement == "interleaved" and cfg.gpus > gpus_per_node:
+            dep.notes.append("placement: interleaved spreads both pools over every node; the "
+                             "scripts place the prefill pool first, then the decode pool")
+        return dep
 
 
 ARCH = FuDG()

@@ -38,6 +38,9 @@ class NoDG(Colocated):
     engine_mode = "continuous"  # runners/engine/modes.py
     pool_word = "replicas"
     count_field = "replicas"
+    terms_checked = True  # docs/fidelity.md: the measured runs are of one aggregated instance
+    terms_simulated = frozenset({"batch_wait", "token_frontend"})
+    engine_chunk_knob = "chunk_tokens"
 
 
 ARCH = NoDG()

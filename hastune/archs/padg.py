@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from hastune.archs.base import ConfigBase, Parallel
+from hastune.archs.deploy import Deployment, Topology
 from hastune.archs.replicas import Colocated
 from hastune.errors import InputError
 
@@ -75,6 +76,27 @@ class PaDG(Colocated):
             raise InputError(path, "mitosis", f"the engine runs a fixed set of {self.name} "
                              "instances", "set mitosis: false, or evaluate mitosis with the "
                              "simulator (--evaluator sim)")
+
+    def deployment(self, cfg: Any, gpus_per_node: int, closest: bool = False) -> Deployment:
+        """No engine alternates windows: inexpressible; the closest is nodg's replicas with
+        chunked prefill."""
+        block = ["EcoServe's temporal disaggregation (each instance alternating prefill and "
+                 "decode windows, macro-instances of up to n_upper instances admitting requests "
+                 "and activating them in rolling order) has no vLLM or SGLang counterpart"]
+        if cfg.mitosis:
+            block.append("mitosis (instances added and drained with the load) has no flag")
+        if not closest:
+            return Deployment(Topology.AGGREGATED, [], blocking=block)
+        chunk = 512  # nodg's default budget, emitted as the engine's token budget
+        return Deployment(
+            Topology.AGGREGATED, self.role_pools(cfg), chunk_tokens=chunk, chunked=True,
+            closest_config={"architecture": "nodg", "replicas": cfg.instances, "tp": cfg.tp,
+                            "pp": cfg.pp, "chunk_tokens": chunk,
+                            **({"expert_parallel": True} if cfg.expert_parallel else {})},
+            closest=[block[0], f"closest: {cfg.instances} aggregated replicas of tp {cfg.tp} x "
+                     f"pp {cfg.pp} behind a router, with the engine's chunked prefill ({chunk} "
+                     "tokens a step) mixing prefill and decode in every step instead of in "
+                     "windows"])
 
 
 ARCH = PaDG()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hastune.archs.base import Architecture
+from hastune.archs.deploy import Deployment, Pool, Topology
 
 if TYPE_CHECKING:
     from hastune.prune import Bounds
@@ -45,6 +46,17 @@ class Colocated(Architecture):
                 "decode": n * min(1 / sh.decode_s if sh.decode_s > 0 else inf, sh.kv_rate),
                 "network": inf,  # no KV leaves an instance
                 "instances": n / work if work > 0 else inf}  # prefill and decode share it
+
+    def role_pools(self, cfg: Any) -> list[Pool]:
+        return [Pool("replica", self.units(cfg), cfg.tp, cfg.pp, cfg.expert_parallel)]
+
+    def deployment(self, cfg: Any, gpus_per_node: int, closest: bool = False) -> Deployment:
+        """Replicas behind a router; a `chunk_tokens` knob is the engine's token budget
+        (null: chunked prefill off), a config without one runs the engine's default."""
+        if "chunk_tokens" not in type(cfg).model_fields:
+            return Deployment(Topology.AGGREGATED, self.role_pools(cfg))
+        return Deployment(Topology.AGGREGATED, self.role_pools(cfg),
+                          chunk_tokens=cfg.chunk_tokens, chunked=cfg.chunk_tokens is not None)
 
     def engine_check(self, cfg: Any, path: Any = None) -> None:
         from hastune.errors import InputError

@@ -150,7 +150,8 @@ def _write_scripts(res: ExportResult, cfg: ConfigBase, t: Target, engine: str,
              f"{flagsets.pinned(cmds[0].program)}")
     order: list[tuple[str, list[Command]]] = []
     by_role = {i.name: i.role for i in p.instances}
-    setup = f"mkdir -p {literal(_ec_dir())}\n" if engine == "vllm" and p.shape == "epd" else ""
+    setup = (f"mkdir -p {literal(_ec_dir())}\n"
+             if engine == "vllm" and p.topology.moves_embeddings else "")
     for role in p.roles:
         mine = [c for c in cmds if by_role.get(c.name) == role]
         order.append((f"{role}.sh", mine))
@@ -195,8 +196,8 @@ def _runners_plan(cfg: ConfigBase, p: Plan) -> Plan:
     try:
         archs.get(cfg.architecture).engine_check(cfg)
     except InputError as exc:
-        return Plan(p.shape, [], blocking=[f"hastune's engine (runners/): {exc.problem}"])
-    return Plan(p.shape, p.instances, notes=[
+        return Plan(p.topology, [], blocking=[f"hastune's engine (runners/): {exc.problem}"])
+    return Plan(p.topology, p.instances, notes=[
         "runners/ is hastune's own engine: it runs the reference model (ref-small unless "
         "--model), not the target model; use it to check the architecture, not to serve the "
         "target"])

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from hastune.archs.deploy import Topology
 from hastune.export.flags import Command, problems
 from hastune.export.plan import Instance, Plan
 from hastune.export.target import Target
@@ -45,7 +46,7 @@ def _knobs(c: Command, p: Plan, inst: Instance, vllm: bool) -> None:
         c.add("--max-num-seqs" if vllm else "--max-running-requests", p.encode_batch)
 
 
-def _worker(inst: Instance, backend: str, t: Target, model: str, shape: str,
+def _worker(inst: Instance, backend: str, t: Target, model: str, topology: Topology,
             dummy: bool) -> Command:
     prog = f"dynamo-{backend}"
     c = Command(prog, ["python3", "-m", f"dynamo.{backend}"], name=inst.role)
@@ -75,9 +76,9 @@ def _worker(inst: Instance, backend: str, t: Target, model: str, shape: str,
         if inst.role == "prefill":
             c.add("--kv-transfer-config", {"kv_connector": "NixlConnector",
                                            "kv_role": "kv_producer"})
-            if shape == "epd":
+            if topology.moves_embeddings:
                 c.add("--route-to-encoder")
-        if shape == "epd":
+        if topology.moves_embeddings:
             c.add("--enable-multimodal")
     else:
         c.add("--disaggregation-mode", inst.role)
@@ -104,7 +105,7 @@ def manifest(res: ExportResult, t: Target, backend: str, model: str,
     cmds = []
     for role in p.roles:
         insts = p.role(role)
-        c = _worker(insts[0], backend, t, model, p.shape, dummy)
+        c = _worker(insts[0], backend, t, model, p.topology, dummy)
         _knobs(c, p, insts[0], backend == "vllm")
         cmds.append(c)
         comps.append(_component(role, TYPES[role], len(insts), image, c,
@@ -130,7 +131,7 @@ def write_manifest(res: ExportResult, t: Target, backend: str, dummy: bool) -> l
     from hastune.export.scripts import one_line
 
     p = res.plan
-    if backend == "sglang" and p.shape == "epd":
+    if backend == "sglang" and p.topology.moves_embeddings:
         p.blocking.append("Dynamo 1.6.1's SGLang backend has no encode-worker role in its "
                           "blueprints; export E/P/D for Dynamo with --backend vllm")
         return []

@@ -15,6 +15,7 @@ language servers `--language-only --encoder-urls …`; P/D `--disaggregation-mod
 
 from __future__ import annotations
 
+from hastune.archs.deploy import Topology
 from hastune.export.flags import Command
 from hastune.export.plan import BOOTSTRAP_PORT, ROUTER_PORT, SIDE_PORT, Instance, Plan
 from hastune.export.target import Target
@@ -57,7 +58,7 @@ def vllm_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
                 if p.chunk_tokens:
                     c.add("--max-num-batched-tokens", p.chunk_tokens)
         ec_role = {"encode": "ec_producer", "prefill": "ec_consumer"}.get(inst.role)
-        if p.shape == "epd" and ec_role:
+        if p.topology.moves_embeddings and ec_role:
             c.add("--ec-transfer-config", {"ec_connector": "ECExampleConnector",
                                            "ec_role": ec_role,
                                            "ec_connector_extra_config":
@@ -66,7 +67,7 @@ def vllm_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
             c.add("--mm-encoder-only")
             if p.encode_batch:
                 c.add("--max-num-seqs", p.encode_batch)
-        if inst.role in ("prefill", "decode") and p.shape in ("pd", "epd"):
+        if inst.role in ("prefill", "decode") and p.topology.moves_kv:
             kv_role = "kv_producer" if inst.role == "prefill" else "kv_consumer"
             c.add("--kv-transfer-config", {"kv_connector": "NixlConnector", "kv_role": kv_role})
             # one per instance on a host (vLLM 0.33 adds the data-parallel index to it,
@@ -79,7 +80,7 @@ def vllm_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
 
 
 def _vllm_front(p: Plan) -> Command:
-    if p.shape == "epd":
+    if p.topology is Topology.EPD:
         c = Command("vllm-epd-proxy", ["python3", EPD_PROXY], name="proxy", port=ROUTER_PORT)
         c.add("--host", "$HOST").add("--port", ROUTER_PORT)
         for flag, role in (("--encode-servers-urls", "encode"),
@@ -89,7 +90,7 @@ def _vllm_front(p: Plan) -> Command:
         return c
     c = Command("vllm-router", ["vllm-router"], name="router", port=ROUTER_PORT)
     c.add("--host", "$HOST").add("--port", ROUTER_PORT)
-    if p.shape == "pd":
+    if p.topology is Topology.PD:
         c.add("--vllm-pd-disaggregation")
         for i in p.role("prefill"):
             c.add("--prefill", url(i))
@@ -121,11 +122,11 @@ def sglang_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
             c.add("--encoder-only")
             if p.encode_batch:
                 c.add("--max-running-requests", p.encode_batch)
-        elif p.shape == "epd":
+        elif p.topology.moves_embeddings:
             c.add("--language-only")
             if inst.role == "prefill":
                 c.add("--encoder-urls", *encoders)
-        if inst.role in ("prefill", "decode") and p.shape in ("pd", "epd"):
+        if inst.role in ("prefill", "decode") and p.topology.moves_kv:
             c.add("--disaggregation-mode", inst.role)
             c.add("--disaggregation-transfer-backend", "nixl")
             if inst.role == "prefill":
@@ -134,7 +135,7 @@ def sglang_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
     r = Command("sglang-router", ["python3", "-m", "sglang_router.launch_router"],
                 name="router", port=ROUTER_PORT)
     r.add("--host", "$HOST").add("--port", ROUTER_PORT)
-    if p.shape in ("pd", "epd"):
+    if p.topology.moves_kv:
         r.add("--pd-disaggregation")
         for c, inst in zip(out, p.instances):
             if inst.role == "prefill":

@@ -112,19 +112,8 @@ def config_json(recipe: Recipe) -> Path | None:
 
 def pools(cfg: ConfigBase) -> list[Pool]:
     """The pools of a config, named by role, with their TP/PP."""
-    d = cfg.model_dump()
-    a = cfg.architecture
-    if a in ("epd", "epd-static"):
-        return [Pool(role="encode", instances=d["n_E"], tp=d["tp_E"]),
-                Pool(role="prefill", instances=d["n_P"], tp=d["tp_P"]),
-                Pool(role="decode", instances=d["n_D"], tp=d["tp_D"])]
-    if a == "fudg":
-        return [Pool(role=r, instances=d[f"{r}_instances"], tp=d[f"{r}_tp"], pp=d[f"{r}_pp"],
-                     expert_parallel=d.get(f"{r}_expert_parallel", False))
-                for r in ("prefill", "decode")]
-    count = archs.get(a).count_field  # type: ignore[attr-defined]
-    return [Pool(role="replica", instances=d[count], tp=d["tp"], pp=d["pp"],
-                 expert_parallel=d.get("expert_parallel", False))]
+    return [Pool(role=p.role, instances=p.instances, tp=p.tp, pp=p.pp,
+                 expert_parallel=p.expert_parallel) for p in archs.of(cfg).role_pools(cfg)]
 
 
 def build_target(recipe: Recipe, cfg: ConfigBase, goodput_rps: float,

@@ -119,8 +119,7 @@ def plan(config: Any, device: str = "cpu", threads: int = 1, backend: str = "loc
 
 def pools_field(config: Any) -> str | None:
     """The config fields that count its workers ("n_E/n_P/n_D", "replicas", "instances")."""
-    d = config.model_dump()
-    return "/".join(k for k in ("n_E", "n_P", "n_D", "replicas", "instances") if k in d) or None
+    return "/".join(archs.of(config).count_knobs) or None
 
 
 def check_fit(config: Any, device: str = "cpu", threads: int = 1, backend: str = "local",
