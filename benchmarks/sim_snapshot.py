@@ -5,8 +5,9 @@ a change that must not change behaviour (a refactor).
 
 For every shipped example recipe and every registered architecture, two configs from its
 search space at the recipe's GPU budget (the first runnable one and the middle one of the
-first 40) are run at two rates (the recipe's own request sample and seed); each run's per-request TTFT, TPOT, arrival and finish times are hashed
-(sha256 of the float64 bytes) beside its rejected count, events and utilisation. With
+first 40) are run at two rates (the recipe's own request sample and seed); each run's
+per-request TTFT, TPOT, arrival and finish times are hashed (sha256 of the float64 bytes)
+beside its rejected count, events and utilisation. With
 `--goodput`, one config per architecture also gets its goodput search. Wall-clock fields are
 left out. Two files from the same inputs are byte-identical exactly when the simulators
 computed the same runs: `cmp before.json after.json`.
