@@ -23,10 +23,10 @@ from pathlib import Path
 
 import optuna
 
-from hastune.config import parse_config
+from hastune.config import parse_config, trial_key
 from hastune.recipe import load_recipe
 from hastune.tune.outputs import convergence
-from hastune.tune.runner import TuneOptions, Tuner, config_key
+from hastune.tune.runner import TuneOptions, Tuner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fakes import LookupEvaluator  # noqa: E402  (an evaluator reading a table)
@@ -70,10 +70,10 @@ def exhaustive(recipe_path: Path) -> dict[str, float]:
     cfgs = [c for sp in tuner.spaces.values() for c in sp.configs(rec.cluster.gpus)
             if tuner.feasible(c)]
     t0 = time.perf_counter()
-    dicts = [json.loads(config_key(c)) for c in cfgs]
+    dicts = [json.loads(trial_key(c)) for c in cfgs]
     with get_context("spawn").Pool(2) as pool:
         vals = pool.map(_grid_one, [(str(recipe_path), d) for d in dicts], chunksize=8)
-    table = {config_key(c): v for c, v in zip(cfgs, vals)}
+    table = {trial_key(c): v for c, v in zip(cfgs, vals)}
     print(f"  exhaustive grid of {recipe_path.name}: {len(table)} configs in "
           f"{time.perf_counter() - t0:.0f} s")
     cache.parent.mkdir(exist_ok=True)

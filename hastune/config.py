@@ -7,6 +7,7 @@ module under hastune/archs/; this module parses and writes any of them through t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Union
 
@@ -58,6 +59,18 @@ def config_dict(cfg: ConfigBase) -> dict:
     (e.g. a chunk budget or a gap cap that is off), so it is never dropped and
     `parse_config(config_dict(c)) == c`."""
     return cfg.model_dump(exclude={"kind", "name"})
+
+
+def trial_key(cfg: ConfigBase) -> str:
+    """A configuration's identity as canonical JSON (sorted keys): the key its trial carries
+    in a study, the same in every process and after a restart."""
+    return json.dumps(config_dict(cfg), sort_keys=True)
+
+
+def knob_items(cfg: ConfigBase) -> tuple:
+    """A configuration's identity as a hashable tuple of its knobs: de-duplication in memory,
+    cheaper than `trial_key`."""
+    return tuple(sorted(config_dict(cfg).items()))
 
 
 def dump_config(cfg: ConfigBase) -> dict:

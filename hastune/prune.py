@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hastune import archs
-from hastune.config import AnyConfig, config_dict, parse_config
+from hastune.config import AnyConfig, config_dict, knob_items, parse_config
 from hastune.errors import InputError
 from hastune.profile import Profile
 from hastune.recipe import Recipe
 from hastune.sim.instance import InstanceTiming
-from hastune.space import SearchSpace, config_key
+from hastune.space import SearchSpace
 from hastune.workload import RequestSet
 
 Config = AnyConfig
@@ -315,7 +315,7 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
         except InputError:
             removed["structural"] += 1
             continue
-        ident = config_key(cfg)
+        ident = knob_items(cfg)
         if ident in seen:  # another combination normalised to this config
             removed["equivalent"] += 1
             continue

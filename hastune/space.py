@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hastune import archs
-from hastune.config import AnyConfig, config_dict, parse_config
+from hastune.config import AnyConfig, knob_items, parse_config
 from hastune.errors import InputError, from_pydantic, named_by
 from hastune.yamlio import read_yaml_mapping
 
@@ -181,7 +181,7 @@ class SearchSpace(BaseModel):
                     cfg = parse_config(d)
                 except InputError:
                     continue  # e.g. s > 0 with n_P = 0
-                key = config_key(cfg)
+                key = knob_items(cfg)
                 if key not in seen:
                     seen.add(key)
                     yield cfg
@@ -208,11 +208,6 @@ class SearchSpace(BaseModel):
         if params == self.params:
             return self
         return self.model_copy(update={"params": params})
-
-
-def config_key(cfg: AnyConfig) -> tuple:
-    """Identity of a configuration (for caching and de-duplication)."""
-    return tuple(sorted(config_dict(cfg).items()))
 
 
 def load_space(path: str | Path) -> SearchSpace:

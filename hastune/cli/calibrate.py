@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from hastune.cli import app
+from hastune.cli.app import app
 from hastune.cli.common import dumps
 from hastune.errors import InputError
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from hastune.cli import app
+from hastune.cli.app import app
 from hastune.cli.common import (
     BACKEND_OPTION,
     RAY_ADDRESS_OPTION,

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from hastune.cli import app
+from hastune.cli.app import app
 from hastune.cli.common import dumps
 from hastune.errors import InputError
 from hastune.export import ENGINES

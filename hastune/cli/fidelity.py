@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hastune.cli import app
+from hastune.cli.app import app
 from hastune.cli.common import dumps
 from hastune.errors import EXIT_GATE, InputError
 

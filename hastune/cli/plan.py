@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from hastune.cli import app
+from hastune.cli.app import app
 from hastune.cli.common import dumps, print_caveats
 from hastune.errors import EXIT_INTERRUPTED
 from hastune.evaluators import EVALUATORS

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from hastune.cli import app
+from hastune.cli.app import app
 from hastune.cli.common import dumps
 from hastune.config import config_dict
 from hastune.errors import EXIT_NO_CONFIG, InputError

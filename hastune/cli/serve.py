@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from hastune import archs
-from hastune.cli import app
+from hastune.cli.app import app
 from hastune.cli.common import RAY_ADDRESS_OPTION, SERVE_BACKEND_OPTION, dumps, fmt_s
 from hastune.errors import EXIT_INTERRUPTED, EXIT_REQUESTS_LOST
 

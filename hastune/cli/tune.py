@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hastune.cli import app
 from hastune.cli import options as o
+from hastune.cli.app import app
 from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION
 
 

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from hastune.cli import app
+from hastune.cli.app import app
 from hastune.errors import EXIT_INPUT_ERROR, InputError
 from hastune.yamlio import read_yaml_mapping
 

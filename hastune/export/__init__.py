@@ -63,20 +63,12 @@ class ExportResult:
         return out
 
 
-def model_arg(t: Target) -> str:
-    if t.hf_repo:
-        return t.hf_repo
-    if t.model_config_path:
-        return str(Path(t.model_config_path).parent)
-    return t.model
-
-
 def check_model(t: Target, engine: str) -> None:
     """Refuse a model an engine would not read as its model: empty, or starting with `-` (a
     flag to the engine). Any other name or path is written as one literal word."""
     from hastune.errors import InputError
 
-    m = model_arg(t)
+    m = t.engine_model
     if engine != "runners" and (not m or m.startswith("-")):
         raise InputError(None, "target.model", f"the model {m!r} "
                          + ("is empty" if not m else "starts with '-': the engine would read "
@@ -158,7 +150,7 @@ def _write_scripts(res: ExportResult, cfg: ConfigBase, t: Target, engine: str,
     front = [c for c in cmds if c.name in ("router", "proxy")]
     order.append(("router.sh", front))
     files = []
-    model = model_arg(t)
+    model = t.engine_model
     for script, mine in order:
         role = script[:-3]
         text = role_script(role, mine, model, p.nodes, f"{role}: {title}",

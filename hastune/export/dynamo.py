@@ -127,7 +127,6 @@ def validate(doc: dict[str, Any]) -> None:
 
 
 def write_manifest(res: ExportResult, t: Target, backend: str, dummy: bool) -> list[Path]:
-    from hastune.export import model_arg
     from hastune.export.scripts import one_line
 
     p = res.plan
@@ -135,7 +134,7 @@ def write_manifest(res: ExportResult, t: Target, backend: str, dummy: bool) -> l
         p.blocking.append("Dynamo 1.6.1's SGLang backend has no encode-worker role in its "
                           "blueprints; export E/P/D for Dynamo with --backend vllm")
         return []
-    doc, cmds = manifest(res, t, backend, model_arg(t), dummy)
+    doc, cmds = manifest(res, t, backend, t.engine_model, dummy)
     bad = [f"{c.name}: {e}" for c in cmds for e in problems(c)]
     if bad:
         raise AssertionError("emitted flags Dynamo's workers do not accept: " + "; ".join(bad))

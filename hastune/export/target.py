@@ -92,6 +92,16 @@ class Target(_Strict):
     goodput_per_gpu: float = Field(ge=0)
 
     @property
+    def engine_model(self) -> str:
+        """What an engine is given as its model: the Hugging Face repository, else the
+        folder of the config.json, else the shipped name."""
+        if self.hf_repo:
+            return self.hf_repo
+        if self.model_config_path:
+            return str(Path(self.model_config_path).parent)
+        return self.model
+
+    @property
     def model_label(self) -> str:
         return self.model if self.model_config_path is None else f"{self.model} (config.json)"
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from hastune.config import AnyConfig, parse_config
+from hastune.config import AnyConfig, parse_config, trial_key
 from hastune.prune import RULES, keeps, prune
 
 if TYPE_CHECKING:
@@ -26,8 +26,6 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
                 done: Callable[[], set[str]]) -> None:
     """Prune, rank, and store the result on `study`. `record(cfg)` evaluates a probe as a
     trial (or reads its goodput back); `done()` the keys evaluated so far."""
-    from hastune.tune.runner import config_key
-
     opts = tuner.opts
     cands: list[tuple[float, Config]] = []
     report: dict[str, Any] = {"total": 0, "kept": 0, "rules": dict.fromkeys(RULES, 0),
@@ -59,18 +57,18 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
         lb = report["lower_bound_rps"]
         probed = done()
         keep = [(b, c) for b, c in cands
-                if keeps(tuner.recipe, b, tuner.margin, lb) or config_key(c) in probed]
+                if keeps(tuner.recipe, b, tuner.margin, lb) or trial_key(c) in probed]
         report["rules"]["capacity"] += len(cands) - len(keep)
         cands = diversified(tuner, keep)
     # without pruning, no bound ranking either: plain BO from the space's own order
-    ranked = [json.loads(config_key(c)) for _, c in cands]
+    ranked = [json.loads(trial_key(c)) for _, c in cands]
     report["kept"] = len(ranked)
     evaluated = done()
     warm: list[dict] = []
     for d in ranked:  # warm start: the best-bounded survivors not yet evaluated
         if len(warm) >= opts.warm_start or not opts.prune:
             break
-        if config_key(parse_config(d)) not in evaluated:
+        if trial_key(parse_config(d)) not in evaluated:
             warm.append(d)
     study.set_user_attr("prune_report", report)
     study.set_user_attr("warm_start", warm)

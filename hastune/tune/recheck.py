@@ -27,12 +27,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hastune.config import parse_config
+from hastune.config import parse_config, trial_key
 from hastune.errors import InputError
 from hastune.goodput import GoodputResult, Probe
 from hastune.jsonio import dumps, write_atomic
 from hastune.recipe import Recipe
-from hastune.tune.runner import config_key, evaluated_trials
+from hastune.tune.runner import evaluated_trials
 
 ROUNDS = 3      # measuring rounds at most (the first, then one per re-ranking that adds some)
 POOL = 24       # runnable configurations the recalibrated simulator re-ranks, best first
@@ -101,7 +101,7 @@ class Recheck:
         """Make the best measured configuration the summary's answer; the simulator's own
         best stays under `simulated_best`."""
         best_cfg = summary.get("best_config")
-        sim_key = config_key(parse_config(best_cfg)) if best_cfg else None
+        sim_key = trial_key(parse_config(best_cfg)) if best_cfg else None
         by_key = {e.key: e for e in self.entries}
         summary["simulated_best"] = {
             "config": summary.get("best_config"), "goodput_rps": summary.get("goodput_rps"),
@@ -207,7 +207,7 @@ class Runner:
             cfg = t.user_attrs.get("config")
             if not cfg or len(out) >= self.pool_size:
                 continue
-            key = config_key(parse_config(cfg))
+            key = trial_key(parse_config(cfg))
             if key in seen:
                 continue
             seen.add(key)
@@ -236,7 +236,7 @@ class Runner:
             return False  # a broken record is measured again (and overwritten)
         if (rec.get("recipe_sha256") != self.tuner.recipe_sha256
                 or rec.get("seed") != self.recipe.seed
-                or config_key(parse_config(rec.get("config", {}))) != e.key):
+                or trial_key(parse_config(rec.get("config", {}))) != e.key):
             return False
         e.measured_goodput_rps = float(rec["goodput_rps"])
         e.result = _result_of(rec)

@@ -26,7 +26,7 @@ from typing import Any
 import optuna
 
 from hastune import interrupt
-from hastune.config import AnyConfig, config_dict, parse_config
+from hastune.config import AnyConfig, parse_config, trial_key
 from hastune.errors import InputError
 from hastune.evaluate import Evaluation
 from hastune.evaluators import Evaluator, EvaluatorOptions, make_evaluator
@@ -76,10 +76,6 @@ class TuneOptions:
     launch_cmd: str | None = None   # … started by this command instead of the export
     prepare_timeout_s: float = 3600.0  # how long to wait for another process's pruning
     force: bool = False             # resume a study tuned with another recipe or sampler
-
-
-def config_key(cfg: Config) -> str:
-    return json.dumps(config_dict(cfg), sort_keys=True)
 
 
 def evaluated_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -178,7 +174,7 @@ class Tuner:
         survivors = attrs["survivors"]
         configs = [parse_config(d) for d in survivors]
         self.prepared = Prepared(survivors, attrs["prune_report"], configs,
-                                 [config_key(c) for c in configs],
+                                 [trial_key(c) for c in configs],
                                  attrs.get("warm_start", []))
         if survivors:
             self.pz = self.pz.narrowed(configs)
@@ -232,7 +228,7 @@ class Tuner:
                 on_trial: Callable[[optuna.trial.FrozenTrial], None] | None) -> float:
         """Evaluate one configuration as a trial of the study (pruning's probes), or read its
         goodput back."""
-        key = config_key(cfg)
+        key = trial_key(cfg)
         while True:
             c = census(study)
             if key in c.evaluated:
@@ -240,7 +236,7 @@ class Tuner:
             if key not in c.claimed:
                 trial = new_trial(study, self.pz.to_params(cfg))
                 got = self.pz.suggest(trial)
-                if got is None or config_key(got) != key:
+                if got is None or trial_key(got) != key:
                     raise AssertionError(f"parameters of {key} describe {got}")
                 trial.set_user_attr("key", key)
                 outcome, value = claim(study, trial, key, quota=None)
@@ -264,7 +260,7 @@ class Tuner:
             finish(study, trial, state=optuna.trial.TrialState.FAIL)
             raise
         attrs = {
-            "config": json.loads(config_key(cfg)), "key": config_key(cfg), "evaluated": True,
+            "config": json.loads(trial_key(cfg)), "key": trial_key(cfg), "evaluated": True,
             "source": source, "probes": len(res.probes), "early_stopped": res.early_stopped,
             "wall_s": time.perf_counter() - t0, "gpus": cfg.gpus,
         }
@@ -298,7 +294,7 @@ class Tuner:
         exhausted), with any other processes working on the same study."""
         prep = self.prepared or self.prepare(study, on_trial)
         skopt = (SkoptProposer(self.pz, self.seed + worker,
-                               lambda c: config_key(c) in prep.allowed)
+                               lambda c: trial_key(c) in prep.allowed)
                  if self.opts.sampler == "skopt" else None)
         Search(self, study, prep, skopt, on_trial).run()
         self.reaper.reap(study)

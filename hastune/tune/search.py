@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from hastune import interrupt
-from hastune.config import AnyConfig, parse_config
+from hastune.config import AnyConfig, parse_config, trial_key
 from hastune.tune.claims import FAIL, Census, census, claim, finish, n_claims, new_trial
 from hastune.tune.samplers import CONSTRAINT, SkoptProposer
 
@@ -41,9 +41,7 @@ class Search:
     def __init__(self, tuner: Tuner, study: optuna.Study, prep: Prepared,
                  skopt: SkoptProposer | None,
                  on_trial: Callable[[optuna.trial.FrozenTrial], None] | None):
-        from hastune.tune.runner import config_key
-
-        self.key = config_key
+        self.key = trial_key
         self.tuner, self.study, self.prep, self.skopt = tuner, study, prep, skopt
         self.on_trial = on_trial
         self.pz = tuner.pz

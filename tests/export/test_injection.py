@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from hastune.config import parse_config
 from hastune.errors import InputError
-from hastune.export import export, model_arg
+from hastune.export import export
 from hastune.export.scripts import VARIABLE
 from hastune.export.target import Target, build_target, dump_target, pools
 from hastune.recipe import load_recipe
@@ -160,7 +160,7 @@ def check_dynamo(d: Path, t: Target, model: str) -> None:
 
 def export_all(cfg, t: Target, work: Path, stubs: Path, config_file: Path) -> None:
     """Every engine's export of `t`, every script run; nothing injected ran."""
-    model = model_arg(t)
+    model = t.engine_model
     work.mkdir(parents=True, exist_ok=True)
     for engine in ("vllm", "sglang"):
         d = work / engine
@@ -187,7 +187,7 @@ def path_case(name: str, arch: str, tmp: Path, stubs: Path) -> None:
     rec, folder = recipe_with_model(tmp, name)
     cfg = parse_config(CONFIGS[arch])
     t = build_target(load_recipe(rec), cfg, 1.0)
-    assert model_arg(t) == str(folder.resolve())
+    assert t.engine_model == str(folder.resolve())
     export_all(cfg, t, tmp, stubs, folder / "best_config.yaml")
 
 

@@ -9,10 +9,10 @@ import json
 import yaml
 from hypothesis import given, settings
 
-from hastune.config import dump_config, load_config, parse_config
+from hastune.config import dump_config, load_config, parse_config, trial_key
 from hastune.evaluate import Evaluation
 from hastune.space import SPACES_DIR, load_space
-from hastune.tune.runner import TuneOptions, Tuner, config_key, evaluated_trials
+from hastune.tune.runner import TuneOptions, Tuner, evaluated_trials
 from tests.conftest import QUICK
 from tests.generated import recipes
 
@@ -51,7 +51,7 @@ def test_every_configuration_of_every_shipped_space_round_trips(tmp_path):
         p.write_text(yaml.safe_dump(dump_config(cfg), sort_keys=False))
         assert load_config(p) == cfg, cfg
         # the JSON a study keeps (its survivors, every trial's config)
-        stored = json.loads(config_key(cfg))
+        stored = json.loads(trial_key(cfg))
         assert parse_config(stored) == cfg, stored
         nulls += any(v is None for v in cfg.model_dump().values())
         seen += 1

@@ -20,15 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hastune import archs
-from hastune.config import config_dict, parse_config
+from hastune.config import config_dict, knob_items, parse_config, trial_key
 from hastune.errors import InputError
 from hastune.evaluate import Evaluation
 from hastune.profile import TPVariant, find_profile, load_profile
 from hastune.prune import prune
 from hastune.recipe import Recipe
-from hastune.space import SearchSpace, config_key, space_for
+from hastune.space import SearchSpace, space_for
 from hastune.tune.params import Parametrization
-from hastune.tune.runner import config_key as trial_key
 
 DENSE = load_profile(find_profile("codellama2-34b", "h100-80gb"))
 EP_FIELDS = {"nodg": ("expert_parallel",), "padg": ("expert_parallel",),
@@ -118,7 +117,7 @@ def test_expert_parallel_moves_latency_the_way_the_profile_says(case):
     n = 8 // tp - (1 if arch == "fudg" else 0)
     on = parse_config(config(arch, tp, n, True, prefill_ep=True, **knobs))
     off = parse_config(config(arch, tp, n, False, **knobs))
-    assert config_key(on) != config_key(off)
+    assert knob_items(on) != knob_items(off)
     ttft_on, tpot_on, run = _mean_latencies(ev, on)
     ttft_off, tpot_off, _ = _mean_latencies(ev, off)
     assert run.completed == len(ev.requests) and run.rejected == 0
@@ -214,7 +213,7 @@ def test_config_without_the_knob_keys_as_before(arch):
     cfg = parse_config(d)
     assert trial_key(cfg) == key
     off = parse_config({**d, **dict.fromkeys(EP_FIELDS[arch], False)})
-    assert off == cfg and trial_key(off) == key and config_key(off) == config_key(cfg)
+    assert off == cfg and trial_key(off) == key and knob_items(off) == knob_items(cfg)
 
 
 @settings(max_examples=40, deadline=None)
@@ -253,7 +252,7 @@ def test_dense_search_unchanged_moe_search_grows(arch):
         "params": {k: v for k, v in shipped.params.items() if k not in EP_FIELDS[arch]}})
     dense = shipped.for_profile(DENSE)
     G = rec.cluster.gpus
-    assert [config_key(c) for c in dense.configs(G)] == [config_key(c) for c in without.configs(G)]
+    assert [knob_items(c) for c in dense.configs(G)] == [knob_items(c) for c in without.configs(G)]
     ev = Evaluation(rec, profile=DENSE)
     a, b = prune(rec, DENSE, ev.requests, dense), prune(rec, DENSE, ev.requests, without)
     assert (a.total, a.removed) == (b.total, b.removed)

@@ -13,11 +13,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hastune.config import parse_config
+from hastune.config import parse_config, trial_key
 from hastune.goodput import GoodputResult, Probe
 from hastune.recipe import load_recipe
 from hastune.tune.recheck import Entry, Recheck, Runner, rank, rounds_of
-from hastune.tune.runner import config_key
 from tests.tune.conftest import ROOT, hastune
 
 REF = ROOT / "examples" / "reference-cpu.yaml"
@@ -26,7 +25,7 @@ CFG = {"architecture": "nodg", "replicas": 2, "tp": 1, "pp": 1}
 
 def _entry(i: int, sim: float) -> Entry:
     cfg = {**CFG, "chunk_tokens": 64 * (i + 1)}
-    return Entry(cfg, config_key(parse_config(cfg)), i, sim)
+    return Entry(cfg, trial_key(parse_config(cfg)), i, sim)
 
 
 @st.composite
