@@ -32,7 +32,7 @@ from silicon import CSV  # benchmarks/silicon.py (this folder is on the path)
 
 def main() -> int:
     from hastune import engine_terms as et
-    from hastune.evaluators import resolve_profile
+    from hastune.evaluators.profile import resolve_profile
     from hastune.fidelity.rows import read_cases
     from hastune.fidelity.run import client_model, recipe_clients, recipe_for, simulate
 

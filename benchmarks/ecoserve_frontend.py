@@ -57,7 +57,7 @@ def main() -> int:
 
     from hastune import archs
     from hastune.config import parse_config
-    from hastune.evaluate import Evaluation
+    from hastune.evaluators.sim import Evaluation
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cluster", default="l20")

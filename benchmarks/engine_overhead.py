@@ -68,7 +68,7 @@ def main() -> None:
                  output_tokens={"mean": args.output_tokens, "cv": 0.5, "min": 2, "max": 256})
     reqs = sample_requests(w, args.requests, seed=0)
     cfg = EPDConfig(architecture="epd", n_E=1, n_P=0, n_D=1, B=2, s=0.0)
-    from hastune.real import _vocab
+    from hastune.evaluators.engine import _vocab
 
     def opts(record: bool) -> EngineOptions:
         return EngineOptions(model=args.model, backend=args.backend,

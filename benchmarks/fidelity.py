@@ -29,9 +29,9 @@ from pathlib import Path
 import yaml
 
 from hastune.config import EPDConfig, EPDStaticConfig, load_config
-from hastune.evaluate import Evaluation
+from hastune.evaluators.engine import RealEvaluation, RealOptions
+from hastune.evaluators.sim import Evaluation
 from hastune.profile import load_profile
-from hastune.real import RealEvaluation, RealOptions
 from hastune.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent

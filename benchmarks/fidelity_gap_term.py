@@ -32,7 +32,7 @@ def _run(case, prof, rec, theta):
 
 
 def forms(engine: str):
-    from hastune.evaluators import resolve_profile
+    from hastune.evaluators.profile import resolve_profile
     from hastune.fidelity.rows import read_cases
     from hastune.fidelity.run import recipe_for
 

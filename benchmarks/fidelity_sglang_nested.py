@@ -47,7 +47,7 @@ RULES = ("loss", "forms", "median")
 
 def _setup():
     from hastune import engine_terms as et
-    from hastune.evaluators import resolve_profile
+    from hastune.evaluators.profile import resolve_profile
     from hastune.fidelity.rows import read_cases
     from hastune.fidelity.run import recipe_for
 

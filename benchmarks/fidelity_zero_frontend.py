@@ -31,7 +31,7 @@ from silicon import CSV, group_rows  # benchmarks/silicon.py (this folder is on 
 
 def main() -> int:
     from hastune import engine_terms as et
-    from hastune.evaluators import resolve_profile
+    from hastune.evaluators.profile import resolve_profile
     from hastune.fidelity import fit as F
     from hastune.fidelity.run import recipe_for, simulate
 

@@ -29,7 +29,7 @@ def main() -> int:
     import sim_golden as G
 
     from hastune.config import parse_config
-    from hastune.evaluate import Evaluation
+    from hastune.evaluators.sim import Evaluation
     from hastune.recipe import load_recipe
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> int:
     from hastune import engine_terms as et
     from hastune.config import parse_config
-    from hastune.evaluate import Evaluation
+    from hastune.evaluators.sim import Evaluation
     from hastune.recipe import load_recipe
 
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "benchmarks" / "trtllm-open-loop.yaml"

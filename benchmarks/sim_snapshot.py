@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from hastune import archs
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.recipe import load_recipe
 from hastune.space import space_for
 

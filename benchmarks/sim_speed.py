@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from hastune.config import load_config, parse_config
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ import argparse
 import time
 
 from hastune.config import parse_config
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.recipe import load_recipe
 
 

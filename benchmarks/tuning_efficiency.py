@@ -33,7 +33,7 @@ from tests.fakes import LookupEvaluator  # noqa: E402  (an evaluator reading a t
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ["audio-ultravox-8xa100.yaml", "image-llava-8xa100.yaml", "video-qwen-8xa100.yaml"]
-GOODPUT_CODE = ("goodput.py", "stability.py", "evaluate.py", "recipe.py", "sim/common.py")
+GOODPUT_CODE = ("goodput.py", "stability.py", "evaluators/sim.py", "recipe.py", "sim/common.py")
 METHODS = {  # name: (sampler, prune)
     "HAS-tpe": ("tpe", True),
     "HAS-gp": ("gp", True),
@@ -45,7 +45,7 @@ METHODS = {  # name: (sampler, prune)
 
 
 def _grid_one(args: tuple[str, dict]) -> float:
-    from hastune.evaluate import Evaluation
+    from hastune.evaluators.sim import Evaluation
 
     path, cfg = args
     global _EV  # one Evaluation per worker process

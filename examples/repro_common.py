@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.prune import prune
 from hastune.space import SearchSpace
 

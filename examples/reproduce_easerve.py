@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 from repro_common import best_per_group, load_results, md_table, ratio, save_results  # noqa: E402
 
-from hastune.evaluate import Evaluation  # noqa: E402
+from hastune.evaluators.sim import Evaluation  # noqa: E402
 from hastune.recipe import load_recipe  # noqa: E402
 from hastune.space import SearchSpace, space_for  # noqa: E402
 

@@ -11,8 +11,8 @@
 
 Core layer: the lookup of a profile file (explicit, or shipped for a named model in bf16 with
 the default engine) is here; building one when there is none is hastune.calibrate.ondemand's,
-called from the evaluators layer (hastune.evaluators.resolve_profile), so recipes never import
-the kernel tables.
+called from the evaluators layer (hastune.evaluators.profile.resolve_profile), so recipes
+never import the kernel tables.
 """
 
 from __future__ import annotations

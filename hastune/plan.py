@@ -146,7 +146,7 @@ def budget_recipe(rec: Recipe, gpus: int) -> Recipe:
 def ceilings(rec: Recipe, bounded: bool = True) -> dict[int, float | None]:
     """Per GPU count 1..cluster.gpus: None if no configuration survives pruning's analytic
     rules there, else the most goodput any could reach (inf when not `bounded`)."""
-    from hastune.evaluate import Evaluation
+    from hastune.evaluators.sim import Evaluation
     from hastune.prune import derived_margin, prune
     from hastune.space import space_for
 
@@ -255,7 +255,7 @@ class Planner:
         a = res.answer
         if a is not None and bounded:  # the simulator's answer: what it lies beyond
             from hastune.config import parse_config
-            from hastune.evaluate import Evaluation
+            from hastune.evaluators.sim import Evaluation
 
             ev = Evaluation(budget_recipe(self.recipe, a.gpus), requests=1)
             res.caveats = ev.caveats(parse_config(a.config), float(a.goodput_rps or 0.0))

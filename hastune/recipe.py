@@ -268,7 +268,7 @@ class SLO(_Strict):
 
 class Evaluator(_Strict):
     """The goodput search's settings (the simulator's probes; the real evaluator takes its own,
-    hastune.real.RealOptions). Which evaluator runs is the command's `--evaluator`."""
+    hastune.evaluators.engine.RealOptions). Which evaluator runs is the command's `--evaluator`."""
 
     @model_validator(mode="before")
     @classmethod
@@ -375,7 +375,7 @@ class Recipe(_Strict):
 
     def load_profile(self) -> Profile:
         """The explicit or shipped profile (hastune.model_ref.shipped_profile); InputError if
-        there is none (hastune.evaluators.resolve_profile then builds one)."""
+        there is none (hastune.evaluators.profile.resolve_profile then builds one)."""
         p = shipped_profile(self)
         if p is None:
             raise no_profile(self)

@@ -1,7 +1,8 @@
 """Noise-aware probes, the arithmetic: a probe within the noise of its SLO is run again at its
 rate (the same requests and arrivals) and decided by the majority of its runs, and a search's
 spread is read from which verdicts every run agreed on. hastune.goodput runs the probes; the
-real evaluators (hastune.real.Probing.close_call) say which are close. Any probe objects with
+real evaluators (hastune.evaluators.engine.Probing.close_call) say which are close. Any probe
+objects with
 `passed`, `rate`, `repeats` and `unanimous` (hastune.goodput.Probe) do."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ share the criterion allows (P90: 10%), so a percentile estimated from few reques
 a window near capacity where misses come in long runs, does not decide a close call; and the
 throughput is clearly above the bar (or clearly below: 3 × `shortfall`). An unsettled run is
 too short to tell a slow queue, a burst or a lucky sample from the steady state, and the
-evaluator extends it (hastune.evaluate) until it settles or reaches its cap, where the verdict
+evaluator extends it (hastune.evaluators.sim) until it settles or reaches its cap, where the verdict
 above is final. Growths (P90 of the last third − P90 of the middle, in units of the SLO) are
 reported.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hastune.config import load_config
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent

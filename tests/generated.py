@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.recipe import Recipe
 from hastune.space import SearchSpace
 

@@ -13,7 +13,7 @@ import hastune.cli.simulate  # noqa: F401
 from hastune.cli import app
 from hastune.config import parse_config
 from hastune.errors import InputError
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.space import space_for
 from hastune.tune.params import Parametrization
 from tests.sim.replica_recipes import recipe

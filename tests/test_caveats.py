@@ -17,7 +17,7 @@ from hastune import archs
 from hastune.caveats import KERNELS_TTFT_BIAS_PCT, REQUEST_CEILING_RPS, caveats
 from hastune.config import parse_config
 from hastune.data import SILICON_LLAMA31
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.recipe import Recipe, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,10 @@ dependency), except those under `if TYPE_CHECKING:` (annotations only, never run
 import itself and the groups of a lower layer, nothing above and nothing beside it: LAYERS
 below is the intended order, lowest first. The group graph must also have no cycle, and the
 rules the refactor of issue 10 set are spelled out once more in FORBIDDEN, so that an edit of
-the table cannot quietly allow them.
+the table cannot quietly allow them. Inside a group the modules must not import each other in
+a loop either (the module graph has no cycle). Every module is named by its group: a prefix
+matches a module and its submodules, a name ending in `$` that module alone, so a new module
+outside every listed prefix fails test_every_module_is_in_a_group until it is placed.
 """
 
 from __future__ import annotations
@@ -28,9 +31,19 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     # registry they are checked against (hastune.archs names its simulators as strings and
     # receives timing and bounds objects, so it imports nothing above) — the run record,
     # goodput's search, JSON
-    (0, "hastune core", ("hastune", "hastune.models")),  # models: configs → shapes (issue 12)
+    (0, "hastune core", ("hastune$", "hastune.errors", "hastune.schema", "hastune.yamlio",
+                         "hastune.jsonio", "hastune.interrupt", "hastune.procs",
+                         "hastune.cluster", "hastune.archs", "hastune.config",
+                         "hastune.models",  # models: configs → shapes (issue 12)
+                         "hastune.data", "hastune.model_ref", "hastune.profile",
+                         "hastune.recipe", "hastune.workload", "hastune.space", "hastune.runs",
+                         "hastune.goodput", "hastune.repeats", "hastune.stability",
+                         "hastune.engine_fitted", "hastune.engine_terms", "hastune.caveats",
+                         "hastune.worklimit", "hastune.standin")),
     # device primitives with torch passed in (green contexts): nothing of hastune
-    (0, "runners.device", ("runners", "runners.device")),
+    (0, "runners.device", ("runners$", "runners.device")),
+    # a tuned config as the launch files of vLLM, SGLang, Dynamo or the bundled engine
+    (1, "hastune.export", ("hastune.export",)),
     # pure, clock-agnostic scheduling policies (simulator and engine share them)
     (2, "hastune.policies", ("hastune.policies",)),
     # the reference model (torch): nothing of hastune
@@ -41,8 +54,7 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     # measuring a real model on a real device (uses runners.model and runners.device)
     (4, "hastune.calibrate", ("hastune.calibrate",)),
     # evaluators: goodput of a config by simulation or on the engine, and pruning's bounds
-    (5, "hastune evaluators", ("hastune.evaluate", "hastune.evaluators", "hastune.prune",
-                               "hastune.real", "hastune.engines_real")),
+    (5, "hastune evaluators", ("hastune.evaluators", "hastune.prune")),
     # the tuner (HAS: pruning + Bayesian optimisation) and planning on it (fewest GPUs)
     (6, "hastune.tune", ("hastune.tune", "hastune.plan")),
     # the simulator scored against measured runs of real engines (issue 13)
@@ -55,7 +67,7 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
 FORBIDDEN: list[tuple[str, str, str]] = [
     ("hastune.tune", "hastune.cli", "the tuner is a library; the CLI wraps it"),
     *[(low, high, "a lower layer imports the tuner or the CLI")
-      for low in ("hastune core", "hastune.policies", "hastune.sim",
+      for low in ("hastune core", "hastune.export", "hastune.policies", "hastune.sim",
                   "hastune.calibrate", "hastune evaluators", "runners.device",
                   "runners.model", "runners.engine")
       for high in ("hastune.cli", "hastune.tune")],
@@ -76,7 +88,7 @@ PREFIXES = sorted(((p, g) for _, g, ps in LAYERS for p in ps), key=lambda x: -le
 
 def group_of(module: str) -> str:
     for p, g in PREFIXES:
-        if module == p or module.startswith(p + "."):
+        if module == p.rstrip("$") or (not p.endswith("$") and module.startswith(p + ".")):
             return g
     raise KeyError(f"{module} is in no group of LAYERS: add it to the table")
 
@@ -251,6 +263,64 @@ def test_a_bad_import_is_caught():
     assert bad == [f"{rel}:{n + 4}: from hastune.sim.common import EventLoop  "
                    "[runners.engine → hastune.sim: runners run deployments; they do not "
                    "simulate, calibrate or tune]"]
+
+
+def module_graph(imports: list[Import]) -> tuple[dict[str, set[str]], dict[tuple, Import]]:
+    graph: dict[str, set[str]] = {}
+    witness: dict[tuple[str, str], Import] = {}
+    for imp in imports:
+        if imp.source != imp.target:
+            graph.setdefault(imp.source, set()).add(imp.target)
+            witness.setdefault((imp.source, imp.target), imp)
+    return graph, witness
+
+
+def _cycle_text(imports: list[Import]) -> str | None:
+    graph, witness = module_graph(imports)
+    cycle = find_cycle(graph)
+    if not cycle:
+        return None
+    return "\n".join(f"  {a} → {b}: {witness[(a, b)].where()}"
+                     for a, b in zip(cycle, cycle[1:]))
+
+
+def test_modules_have_no_import_cycle():
+    """No module of hastune/ or runners/ reaches itself through imports, those inside
+    functions included: a lazy import hides a dependency from the reader, not from the
+    loop."""
+    found = _cycle_text(all_imports())
+    assert found is None, "import cycle between modules:\n" + found
+
+
+def test_a_planted_back_import_is_caught():
+    """The module check itself: tune/search.py importing the runner that imports it, inside
+    a function, is a cycle (named with its file and line); the same under TYPE_CHECKING is
+    not. A core module importing the tuner lazily is a layering violation."""
+    imports = all_imports()
+    rel = "hastune/tune/search.py"
+    src = (ROOT / rel).read_text()
+    n = src.count("\n")
+    planted = src + ("\n\ndef _back():\n    from hastune.tune.runner import Tuner\n"
+                     "    return Tuner\n")
+    others = [i for i in imports if i.file != rel]
+    assert _cycle_text(others + list(imports_in(src, rel))) is None
+    found = _cycle_text(others + list(imports_in(planted, rel)))
+    assert found is not None and f"{rel}:{n + 4}: from hastune.tune.runner import Tuner" in found
+    hidden = src + "\n\nif TYPE_CHECKING:\n    from hastune.tune.runner import Tuner\n"
+    assert _cycle_text(others + list(imports_in(hidden, rel))) is None
+    core = "hastune/config.py"
+    lazy = (ROOT / core).read_text() + "\n\ndef _t():\n    from hastune.tune import api\n"
+    bad = violations(list(imports_in(lazy, core)))
+    assert len(bad) == 1 and "hastune core → hastune.tune" in bad[0]
+
+
+def test_a_module_outside_every_group_is_refused():
+    """No catch-all: a new top-level module must be placed in LAYERS."""
+    import pytest
+
+    with pytest.raises(KeyError, match="hastune.newthing is in no group"):
+        group_of("hastune.newthing")
+    assert group_of("hastune") == "hastune core" and group_of("runners") == "runners.device"
 
 
 # -- the cycle finder on generated graphs ---------------------------------------------------

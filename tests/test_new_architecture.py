@@ -19,8 +19,8 @@ from hastune import archs
 from hastune.caveats import caveats
 from hastune.config import parse_config
 from hastune.errors import InputError
-from hastune.evaluate import Evaluation
 from hastune.evaluators import make_evaluator
+from hastune.evaluators.sim import Evaluation
 from hastune.export import export
 from hastune.export.target import Pool, pools
 from hastune.prune import prune

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hastune.errors import InputError
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.recipe import PRESETS, Recipe
 from hastune.workload import sample_requests
 from tests.sim.replica_recipes import recipe

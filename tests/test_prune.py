@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.prune import prune
 from hastune.space import space_for
 from tests.conftest import quick

@@ -1,4 +1,5 @@
-"""Noise-aware probes (hastune.goodput `repeat`, hastune.real.Probing.close_call): a probe
+"""Noise-aware probes (hastune.goodput `repeat`, hastune.evaluators.engine.Probing.close_call):
+a probe
 within the noise of the SLO is run again and decided by the majority of its runs, and the
 search reports a spread. Fake probe functions on generated inputs; the real engine in
 test_two_real_runs_agree_within_the_spread."""
@@ -17,8 +18,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hastune.evaluators.engine import Probing, RealOptions
 from hastune.goodput import probe_of, repeated, search_goodput
-from hastune.real import Probing, RealOptions
 from hastune.recipe import SLO, load_recipe
 from hastune.runs import RunResult
 

@@ -30,7 +30,7 @@ from hastune.schema import drop_new_defaults
 
 if TYPE_CHECKING:  # the layers above; imported where used
     from hastune.cluster import Cluster
-    from hastune.evaluate import Evaluation
+    from hastune.evaluators.sim import Evaluation
     from hastune.profile import DecodeSpec, Profile
     from hastune.prune import Bounds
     from hastune.sim import Simulator

@@ -18,7 +18,7 @@ from hastune.archs.deploy import Deployment, Pool, Topology
 from hastune.errors import InputError
 
 if TYPE_CHECKING:
-    from hastune.evaluate import Evaluation
+    from hastune.evaluators.sim import Evaluation
     from hastune.profile import DecodeSpec
     from hastune.prune import Bounds
 

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from hastune.config import load_config
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.jsonio import dumps
 from hastune.recipe import load_recipe
 from hastune.worklimit import check_sim_work

@@ -21,8 +21,8 @@ from hastune.cli.common import (
 )
 from hastune.config import load_config
 from hastune.errors import EXIT_NO_CONFIG
-from hastune.evaluate import check_requests, check_seed
 from hastune.evaluators import EVALUATORS, EvaluatorOptions, make_evaluator
+from hastune.evaluators.sim import check_requests, check_seed
 from hastune.recipe import load_recipe
 from hastune.worklimit import check_sim_work
 

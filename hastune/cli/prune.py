@@ -34,7 +34,7 @@ def prune_cmd(
 
     Exit codes: 0 some configuration is kept; 3 every one is removed (the rules that removed
     them are named); 2 bad input."""
-    from hastune.evaluate import Evaluation
+    from hastune.evaluators.sim import Evaluation
     from hastune.prune import emptied, prune
     from hastune.recipe import load_recipe
     from hastune.space import space_for

@@ -57,7 +57,7 @@ def serve(
     130 interrupted (Ctrl-C)."""
     from hastune.config import load_config
     from hastune.errors import InputError
-    from hastune.evaluate import check_rate, check_requests, check_seed
+    from hastune.evaluators.sim import check_rate, check_requests, check_seed
     from hastune.recipe import load_recipe
     from hastune.workload import sample_requests
     from runners.engine import Engine, EngineOptions
@@ -111,7 +111,7 @@ def serve(
             con.print("serving; Ctrl-C stops")
             signal.pause()
             return
-        from hastune.real import _vocab
+        from hastune.evaluators.engine import _vocab
 
         s = rec.seed if seed is None else seed
         reqs = sample_requests(rec.workload, requests, s, base=rec.base_dir)

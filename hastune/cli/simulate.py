@@ -12,7 +12,7 @@ from rich.table import Table
 from hastune.cli.app import app
 from hastune.cli.common import dumps, fmt_s, load_inputs, print_caveats, terms_line
 from hastune.errors import EXIT_NO_CONFIG
-from hastune.evaluate import check_rate, check_requests, check_seed
+from hastune.evaluators.sim import check_rate, check_requests, check_seed
 from hastune.sim import warmup
 
 

@@ -46,7 +46,7 @@ def validate_file(path: Path) -> tuple[str, str]:
     if kind == "profile":
         prof = load_profile(path)
         return kind, f"{prof.model} on {prof.gpu} ({prof.source.split(':')[0]})"
-    from hastune.evaluate import Evaluation
+    from hastune.evaluators.sim import Evaluation
     from hastune.space import space_for
 
     rec = load_recipe(path)

@@ -90,7 +90,7 @@ def client_model(case: Case, terms: et.EngineTerms | None) -> str:
 
 
 def recipe_clients(terms: et.EngineTerms | None) -> str:
-    """How a recipe's closed loop under `terms` starts its clients (hastune.evaluate's
+    """How a recipe's closed loop under `terms` starts its clients (hastune.evaluators.sim's
     _ramped): together, counted after two rounds, where the requests carry their own jitter
     (engine_terms.jittered), as benchmark tools start them; else evenly over a request's
     lifetime."""

@@ -98,7 +98,7 @@ def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case
            prefill: bool = False) -> None:
     """One (engine, GPU): the first forms (at fit.START), the folds' fits and checks, the fit
     on all."""
-    from hastune.evaluators import resolve_profile
+    from hastune.evaluators.profile import resolve_profile
 
     profiles, sims = {}, {}
     for c in members:

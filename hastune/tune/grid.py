@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hastune.config import config_dict, parse_config
 from hastune.errors import InputError
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.prune import Bounds, prune
 from hastune.recipe import load_recipe
 from hastune.space import space_for

@@ -1,7 +1,8 @@
 """Multi-fidelity tuning, `hastune tune RECIPE --recheck K`: the simulator proposes, the engine
 confirms.
 
-After the simulated search the engine (runners/, the real evaluator of hastune.real) measures
+After the simulated search the engine (runners/, the real evaluator of
+hastune.evaluators.engine) measures
 the goodput of the top K distinct configurations of the study — every architecture's trials
 ranked together by simulated goodput, leaving out those the engine cannot run (its
 architecture modes, tp / pp > 1, more devices than this machine has: each is listed with the
@@ -169,7 +170,7 @@ class Runner:
     def __init__(self, tuner: Any, study: Any, k: int, rounds: int = ROUNDS,
                  pool: int = POOL, options: Any = None,
                  on_event: Callable[[str, dict], None] | None = None):
-        from hastune.evaluators import resolve_profile
+        from hastune.evaluators.profile import resolve_profile
 
         self.tuner, self.study, self.k = tuner, study, k
         self.rounds, self.pool_size = rounds, pool
@@ -185,7 +186,7 @@ class Runner:
         self.on_event(kind, info)
 
     def _real(self, start: float | None = None):
-        from hastune.real import RealEvaluation, RealOptions
+        from hastune.evaluators.engine import RealEvaluation, RealOptions
 
         o = self.options or RealOptions()
         rec = self.recipe
@@ -281,7 +282,7 @@ class Runner:
         """Re-fit the profile from every step recorded so far, write it, and re-simulate
         the pool with it."""
         from hastune.calibrate.from_runs import recalibrate, write_profile
-        from hastune.evaluate import Evaluation
+        from hastune.evaluators.sim import Evaluation
 
         probes = [s["workers"] for s in self.steps if s.get("workers")]
         if not probes:

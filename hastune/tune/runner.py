@@ -28,8 +28,8 @@ import optuna
 from hastune import interrupt
 from hastune.config import AnyConfig, parse_config, trial_key
 from hastune.errors import InputError
-from hastune.evaluate import Evaluation
 from hastune.evaluators import Evaluator, EvaluatorOptions, make_evaluator
+from hastune.evaluators.sim import Evaluation
 from hastune.prune import Bounds, derived_margin
 from hastune.recipe import Recipe, load_recipe
 from hastune.space import space_for
@@ -72,7 +72,7 @@ class TuneOptions:
     warm_start: int = 5
     backend: str = "local"          # the engine's, with evaluator real
     ray_address: str | None = None
-    engine: str | None = None       # evaluator real on vllm / sglang (hastune.engines_real)
+    engine: str | None = None       # evaluator real on vllm / sglang (hastune.evaluators.openai)
     launch_cmd: str | None = None   # … started by this command instead of the export
     prepare_timeout_s: float = 3600.0  # how long to wait for another process's pruning
     force: bool = False             # resume a study tuned with another recipe or sampler

@@ -72,7 +72,7 @@ def test_tune_checks_the_backend_before_any_work(opts, field, monkeypatch):
 
 
 def test_the_real_evaluator_takes_the_backend():
-    from hastune.real import RealEvaluation, RealOptions
+    from hastune.evaluators.engine import RealEvaluation, RealOptions
     from hastune.recipe import load_recipe
 
     rec = load_recipe(REPO / "examples" / "reference-cpu.yaml")

@@ -348,7 +348,7 @@ def test_a_recipes_clients_start_together_only_where_their_waits_vary(clients, s
     the front end's waits vary (the requests' own jitter): then at t = 0, as benchmark tools
     start them. Checked on the evaluator's request set and on when the first requests reach
     the engine."""
-    from hastune.evaluate import Evaluation
+    from hastune.evaluators.sim import Evaluation
     from hastune.recipe import Recipe
     from hastune.sim.common import Arrivals
 

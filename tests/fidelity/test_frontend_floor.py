@@ -62,7 +62,7 @@ def test_the_shipped_terms_are_not_on_the_edge():
     """TensorRT-LLM's H200 rows (clients together, lockstep: where the edge showed) with the
     shipped terms: the front end nudged by a microsecond either way moves no simulated TTFT by
     more than 1%, where setting it to exactly 0 moves some by far more (the edge exists)."""
-    from hastune.evaluators import resolve_profile
+    from hastune.evaluators.profile import resolve_profile
     from hastune.fidelity.rows import read_cases
     from hastune.fidelity.run import recipe_for
 

@@ -93,7 +93,7 @@ def test_batch_waiting_is_what_holds_the_short_runs_first_token():
     """TensorRT-LLM on H200, 1024 × 1024 at 4 clients on TP 1 (measured 562 ms to the first
     token, 176 ms with 8192 output tokens): with the server's batch waiting the simulated TTFT
     is its prompts' time plus ~20 decode steps; without it, a few hundred ms less."""
-    from hastune.evaluators import resolve_profile
+    from hastune.evaluators.profile import resolve_profile
     from hastune.fidelity.run import simulate
 
     case = replace(_case("trtllm", 1024, 1024, 4, 1, True),

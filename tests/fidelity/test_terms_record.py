@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hastune import engine_terms as et
 from hastune.cli.common import terms_line
 from hastune.engine_fitted import FITTED, POOLED
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.model_ref import Engine
 from hastune.profile import load_profile
 from hastune.recipe import Recipe

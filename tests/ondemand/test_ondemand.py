@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hastune.calibrate import ondemand
 from hastune.calibrate.build import TP_DEGREES, UTILISATION
 from hastune.errors import InputError
-from hastune.evaluators import resolve_profile
+from hastune.evaluators.profile import resolve_profile
 from hastune.model_ref import Engine, Precision
 from hastune.models import load_model
 from hastune.profile import load_profile
@@ -111,7 +111,7 @@ def test_a_model_larger_than_a_node_runs_over_pipeline_stages(tmp_path):
     needs 2 stages; every configuration with fewer is removed by the memory rule, and the
     simulator runs the tp 8 × pp 2 one."""
     from hastune.config import parse_config
-    from hastune.evaluate import Evaluation
+    from hastune.evaluators.sim import Evaluation
     from hastune.prune import Bounds
 
     rec = load_recipe(ROOT / "examples" / "deepseek-v3-16xh200-bf16.yaml")

@@ -229,7 +229,7 @@ def test_the_exported_launch_runs_and_ends(tmp_path: Path) -> None:
     """Without --launch-cmd: hastune export's scripts (launch.sh, replica.sh, router.sh) start
     in a scratch folder, launch.sh waits for every server's /health, the search measures the
     router's endpoint, and every process of the tree ends with the run."""
-    from hastune.engines_real import port_free
+    from hastune.evaluators.openai import port_free
 
     busy = [p for p in (8000, 8400, 8401) if not port_free(p)]
     if busy:

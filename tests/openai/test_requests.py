@@ -1,4 +1,4 @@
-"""What a real trial sends (hastune.engines_real.OpenAIEvaluation, nothing launched): each
+"""What a real trial sends (hastune.evaluators.openai.OpenAIEvaluation, nothing launched): each
 request's prompt is its text plus media LLM tokens as token ids, max_tokens its output
 length, offsets the request set's arrivals at the rate; closed loop is refused."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from hastune.engines_real import OpenAIEvaluation, OpenAIOptions
 from hastune.errors import InputError
+from hastune.evaluators.openai import OpenAIEvaluation, OpenAIOptions
 from hastune.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The client's SSE reading (hastune.engines_real.client.SSE) on generated streams: however
+"""The client's SSE reading (hastune.evaluators.openai.client.SSE) on generated streams: however
 the bytes are split and whichever line ending, it counts the chunks that carry text, takes
 the usage's token count when there is one, and times the first and last text chunk by the
 piece that completed them."""
@@ -10,7 +10,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hastune.engines_real.client import SSE
+from hastune.evaluators.openai.client import SSE
 
 
 @st.composite

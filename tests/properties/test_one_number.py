@@ -10,7 +10,7 @@ import yaml
 from hypothesis import given, settings
 
 from hastune.config import dump_config, load_config, parse_config, trial_key
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.space import SPACES_DIR, load_space
 from hastune.tune.runner import TuneOptions, Tuner, evaluated_trials
 from tests.conftest import QUICK

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.prune import Bounds, prune
 from tests.conftest import QUICK
 from tests.generated import recipes, space

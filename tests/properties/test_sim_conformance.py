@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hastune import archs
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from tests.generated import SPACES, random_recipe, space
 
 QUICK = {"min_span": 5.0, "min_requests": 300, "extend": 2.0, "max_probes": 30}

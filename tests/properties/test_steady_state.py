@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import example, given, settings
 
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.prune import Bounds
 from tests.generated import EPD_FAMILY, REPLICAS, random_recipe, recipes, space
 

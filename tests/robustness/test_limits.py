@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from hastune.config import load_config
 from hastune.errors import InputError
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.recipe import Workload, load_recipe
 from hastune.space import MAX_ALLOCATION_COMBOS, load_space
 from hastune.tune.grid import run_grid

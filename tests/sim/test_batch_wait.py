@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hastune.config import parse_config
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.model_ref import Engine
 from hastune.sim import nodg_run
 from hastune.workload import RequestSet

@@ -7,7 +7,7 @@ import pytest
 
 from hastune.cluster import Cluster
 from hastune.config import EPDConfig, EPDStaticConfig
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.model_ref import Engine
 from hastune.sim.epd import EPDSimulator
 

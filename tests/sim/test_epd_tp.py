@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from hastune.config import parse_config
 from hastune.errors import InputError
-from hastune.evaluate import Evaluation
 from hastune.evaluators import make_evaluator
+from hastune.evaluators.sim import Evaluation
 from hastune.recipe import load_recipe
 from hastune.space import space_for
 from tests.conftest import EXAMPLES, quick

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hastune import archs
 from hastune.config import config_dict, knob_items, parse_config, trial_key
 from hastune.errors import InputError
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.profile import TPVariant, find_profile, load_profile
 from hastune.prune import prune
 from hastune.recipe import Recipe
@@ -272,7 +272,7 @@ def test_mixtral_expert_parallel_follows_its_profile(tmp_path, monkeypatch):
     """Mixtral-8x7B on H100 (its profile built from aiconfigurator-core's tables: the kernels
     extra, installed in CI): at each TP degree a lone replica's TPOT with expert parallelism
     is above or below the TP-split one as the profile's decode step at batch 1 is."""
-    from hastune.evaluators import resolve_profile
+    from hastune.evaluators.profile import resolve_profile
     from hastune.recipe import load_recipe
 
     monkeypatch.setenv("HASTUNE_CACHE", str(tmp_path))

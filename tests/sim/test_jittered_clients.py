@@ -28,7 +28,7 @@ def _case(tp: int, isl: int, osl: int, clients: int):
 
 
 def _run(case, rounds: int, clients: str | None = None):
-    from hastune.evaluators import resolve_profile
+    from hastune.evaluators.profile import resolve_profile
     from hastune.fidelity import run as fr
 
     rec = fr.recipe_for(case, {}, CSV, rounds, exact=True)

@@ -101,7 +101,7 @@ def _on_the_edge(monkeypatch, key) -> None:
 
 def _rounds_apart(case, monkeypatch, ramp_on: bool, kv: str | None = None
                   ) -> tuple[float, float]:
-    from hastune.evaluators import resolve_profile
+    from hastune.evaluators.profile import resolve_profile
     from hastune.fidelity import run as fr
 
     if not ramp_on:  # neither the loaded ramp nor longer runs (warmup.steady_run)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hastune.config import parse_config
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.sim.fudg import place
 from hastune.sim.instance import InstanceTiming
 from tests.sim.replica_recipes import ECO_CLUSTER, recipe

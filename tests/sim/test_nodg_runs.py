@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hastune.config import parse_config
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from hastune.model_ref import Engine
 from hastune.recipe import load_recipe
 from hastune.sim import nodg_run

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hastune.config import parse_config
-from hastune.evaluate import Evaluation
+from hastune.evaluators.sim import Evaluation
 from tests.sim.replica_recipes import recipe
 
 

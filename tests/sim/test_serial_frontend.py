@@ -98,7 +98,7 @@ def test_the_evaluator_gives_an_open_loop_serial_front_end_a_lifetime_of_slack(r
     """An open-loop recipe with the terms on: its requests carry the zero-load lifetime as
     the serial front end's slack where the engine has one (TensorRT-LLM), none otherwise;
     beyond the server's ceiling the engine sees the requests later than without it."""
-    from hastune.evaluate import Evaluation
+    from hastune.evaluators.sim import Evaluation
     from hastune.recipe import Recipe
 
     rec = Recipe.model_validate({

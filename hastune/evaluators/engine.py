@@ -73,7 +73,7 @@ def _vocab(model: str) -> int:
 
 class Probing:
     """What the evaluators that measure a live deployment share (this module's engine and
-    hastune.engines_real's OpenAI-compatible servers): short probes drawn from `pool`, the
+    hastune.evaluators.openai's OpenAI-compatible servers): short probes drawn from `pool`, the
     stability verdict with a real run's wider shortfall, the simulator's first guess of a
     rate, and closing the deployment when used as a context manager. Subclasses set
     `recipe`, `opts` (requests, max_span_s, shortfall) and `pool`, and define `check` and
@@ -151,7 +151,7 @@ class Probing:
     def _start_rate(self, config: Config) -> float:
         """The simulator's first guess when the recipe has a profile, else 2 req/s."""
         try:
-            from hastune.evaluate import Evaluation
+            from hastune.evaluators.sim import Evaluation
 
             return Evaluation(self.recipe, requests=self.opts.requests).start_rate(config)
         except InputError:

@@ -84,7 +84,7 @@ class Evaluation:
         check_seed(seed)
         self.recipe = recipe
         if profile is None:
-            from hastune.evaluators import resolve_profile
+            from hastune.evaluators.profile import resolve_profile
 
             profile, self.profile_source = resolve_profile(recipe)
         else:

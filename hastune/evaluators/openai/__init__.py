@@ -3,14 +3,15 @@
 For each deployment config it
 1. writes the deployment's launch files (hastune.export, the scripts `hastune export` writes)
    into a scratch folder and starts `bash launch.sh` there, on this machine's GPUs, under a
-   watchdog that ends every process of it (hastune.engines_real.proc) — or, with a launch
+   watchdog that ends every process of it (hastune.evaluators.openai.proc) — or, with a launch
    command (`--launch-cmd` / $HASTUNE_ENGINE_CMD; `{port}` in it is replaced by a free port),
    starts that instead: the way CI points it at the stand-in server (hastune.standin);
 2. waits until GET /v1/models answers (the served model's id is what requests name);
 3. runs the goodput search (hastune.goodput) with the bundled engine's short-probe settings
-   (hastune.real.RealOptions: 120 requests per probe, ≤ 20 s of arrivals, 10% rate grid — or
+   (hastune.evaluators.engine.RealOptions: 120 requests per probe, ≤ 20 s of arrivals, 10%
+   rate grid — or
    the recipe's, when coarser —, ≤ 8 probes, or the recipe's max_probes when fewer; a close
-   probe is run again, up to 3 runs: hastune.real.Probing.close_call); each probe
+   probe is run again, up to 3 runs: hastune.evaluators.engine.Probing.close_call); each probe
    sends the recipe's requests at their arrival times to /v1/completions with stream=true,
    `max_tokens` its output length with ignore_eos, its prompt as that many token ids (media
    items: their LLM tokens as text tokens — the stand-in and a text model take them; the
@@ -38,8 +39,8 @@ import numpy as np
 
 from hastune.config import AnyConfig
 from hastune.errors import InputError
+from hastune.evaluators.engine import ProbeOptions, Probing
 from hastune.goodput import GoodputResult, Probe, search_goodput
-from hastune.real import ProbeOptions, Probing
 from hastune.recipe import Recipe
 from hastune.runs import RunResult, latencies
 from hastune.workload import RequestSet, sample_requests
@@ -181,7 +182,7 @@ class OpenAIEvaluation(Probing):
     # --- launch and teardown ---------------------------------------------------------------
 
     def _launch(self, config: AnyConfig, config_path: object = None) -> Deployment:
-        from hastune.engines_real.proc import Launched
+        from hastune.evaluators.openai.proc import Launched
 
         scratch = Path(tempfile.mkdtemp(prefix=f"hastune-{self.opts.engine}-"))
         log = scratch / "launch.log"
@@ -217,7 +218,7 @@ class OpenAIEvaluation(Probing):
         return Deployment(launched, url, model, str(scratch))
 
     def _wait(self, launched, url: str, cmd: str, config_path: object) -> str:
-        from hastune.engines_real.client import served_model
+        from hastune.evaluators.openai.client import served_model
 
         deadline = time.monotonic() + self.opts.health_timeout_s
         while True:
@@ -243,7 +244,7 @@ class OpenAIEvaluation(Probing):
     # --- probes ----------------------------------------------------------------------------
 
     def _requests(self, reqs: RequestSet, rate: float, seed: int):
-        from hastune.engines_real.client import Request
+        from hastune.evaluators.openai.client import Request
 
         rng = np.random.default_rng(seed)
         off = reqs.arrivals(rate)
@@ -254,7 +255,7 @@ class OpenAIEvaluation(Probing):
                         max(1, int(reqs.output_tokens[i]))) for i in range(len(reqs))]
 
     def _drive(self, reqs: RequestSet, rate: float, seed: int):
-        from hastune.engines_real.client import drive
+        from hastune.evaluators.openai.client import drive
 
         assert self.live is not None
         rec = drive(self.live.url, self.live.model, self._requests(reqs, rate, seed),

@@ -1,6 +1,6 @@
 """Starting a deployment's processes and taking every one of them down again.
 
-A deployment runs under a watchdog (`python -m hastune.engines_real.proc PARENT -- CMD…`) that
+A deployment runs under a watchdog (`python -m hastune.evaluators.openai.proc PARENT -- CMD…`) that
 leads a session of its own (start_new_session), so the servers, their workers and anything
 they start share its process group. It ends that group (SIGTERM, then SIGKILL after a grace
 period), and every descendant it can find in /proc that left the group, when
@@ -91,7 +91,7 @@ class Launched:
         self.log_path = Path(log) if log else None
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.grace_s = grace_s
-        cmd = [sys.executable, "-m", "hastune.engines_real.proc", str(os.getpid()),
+        cmd = [sys.executable, "-m", "hastune.evaluators.openai.proc", str(os.getpid()),
                str(grace_s), "--", *argv]
         try:
             self.proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, cwd=cwd,
