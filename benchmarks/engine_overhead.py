@@ -17,7 +17,7 @@ import statistics
 
 import numpy as np
 
-from hastune.config import EPDConfig
+from hastune.archs.epd import EPDConfig
 from hastune.recipe import Workload
 from hastune.workload import sample_requests
 from runners.engine import Engine, EngineOptions

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from hastune.config import EPDConfig, EPDStaticConfig
+from hastune.archs.epd import EPDConfig
+from hastune.archs.epd_static import EPDStaticConfig
 from hastune.evaluators.sim import Evaluation
 from hastune.recipe import load_recipe
 

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import yaml
 
-from hastune.config import EPDConfig, EPDStaticConfig, load_config
+from hastune.archs.epd import EPDConfig
+from hastune.archs.epd_static import EPDStaticConfig
+from hastune.config import load_config
 from hastune.evaluators.engine import RealEvaluation, RealOptions
 from hastune.evaluators.sim import Evaluation
 from hastune.profile import load_profile

@@ -1,6 +1,6 @@
 """Goodput of the shipped EPD, FuDG and PaDG examples with vLLM's terms on, their decode KV
 reserved (prompt + output at admission, as before issue 13's paged pools) and on demand
-(hastune.sim.decode_paged, hastune.sim.padg_paged: what `kv_on_demand` now gives them).
+(hastune.sim.decode_paged, hastune.sim.padg.paged: what `kv_on_demand` now gives them).
 
     python benchmarks/paged_pools_goodput.py [--only SUBSTRING]
 

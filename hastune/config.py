@@ -78,11 +78,3 @@ def dump_config(cfg: ConfigBase) -> dict:
     d = cfg.model_dump(exclude={"name"} if cfg.name is None else set())
     return {"kind": d.pop("kind"), "architecture": d.pop("architecture"), **d}
 
-
-def __getattr__(name: str) -> type[ConfigBase]:
-    """The config models by class name (`EPDConfig`, …), for code written before the
-    registry; new code imports them from their architecture's module."""
-    for a in archs.ARCHITECTURES.values():
-        if a.config.__name__ == name:
-            return a.config
-    raise AttributeError(f"module 'hastune.config' has no attribute {name!r}")

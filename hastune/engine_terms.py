@@ -65,7 +65,7 @@ FRONTEND_QUEUED = {("trtllm", "h100-80gb")}
 # tokens an instance can deliver per second have a ceiling whatever its TP. The measured runs
 # at 512 clients sit on it: 14–20k tokens/s on TP 2, 4 and 8 alike (8B), while the engine's
 # kernels would give up to 23k; the tokens queue there, the first token too, and in closed
-# loop the engine holds fewer requests (hastune.sim.nodg_paged.Delivery). Chosen by a scan
+# loop the engine holds fewer requests (hastune.sim.nodg.paged.Delivery). Chosen by a scan
 # on silicon_llama31.csv (docs/fidelity.md), not by the fit.
 FRONTEND_TOKEN_S = {"sglang": (50e-6, 15e-9)}  # (per token, per token its request made before)
 # STREAM_TOKEN_S, by engine: the API server's time per output token it streams (FrontEnd.
@@ -108,7 +108,7 @@ class FrontEnd:
     stream_token_s: float = 0.0
     # the front end's time per output token it streams to a client, served in order by one
     # process per instance: a token reaches its client when the process is through the tokens
-    # before it (FRONTEND_TOKEN_S; hastune.sim.nodg_paged.Delivery)
+    # before it (FRONTEND_TOKEN_S; hastune.sim.nodg.paged.Delivery)
     per_output_token_s: float = 0.0
     # and per token its request has made before: each chunk carries the request's whole
     # output so far (SGLang with stream_output off, its default: the ids copied, the text)
@@ -133,7 +133,7 @@ class Scheduler:
     # TensorRT-LLM's batch waiting (batch_wait_timeout_iters / batch_wait_max_tokens_ratio, both
     # 0 by default): while requests decode, waiting prompts are held out of the next iteration
     # until their tokens and the decode tokens reach wait_ratio × chunk_tokens, or wait_iters
-    # iterations have passed (PyExecutor._waiting_requests); nodg only (hastune.sim.nodg_plan)
+    # iterations have passed (PyExecutor._waiting_requests); nodg only (hastune.sim.nodg.plan)
     wait_iters: int = 0
     wait_ratio: float = 0.0
 
@@ -163,8 +163,8 @@ def scheduler_defaults(engine: str, gpu_memory_gib: float, gpu: str = "") -> Sch
     8192, max_batch_size 2048, context and generation requests in one in-flight batch,
     free_gpu_memory_fraction 0.9 of what the weights leave, KV reserved up front by the
     default GUARANTEED_NO_EVICT policy). vLLM's and SGLang's KV is paged, on demand, with
-    preemption (Profile.kv_on_demand: hastune.sim.nodg_paged, the decode pools of EPD and FuDG
-    in hastune.sim.decode_paged, PaDG in hastune.sim.padg_paged)."""
+    preemption (Profile.kv_on_demand: hastune.sim.nodg.paged, the decode pools of EPD and FuDG
+    in hastune.sim.decode_paged, PaDG in hastune.sim.padg.paged)."""
     big = gpu_memory_gib >= 70 and "a100" not in gpu.lower()
     if engine == "vllm":
         return Scheduler(8192 if big else 2048, 8192 if big else 2048, 1024 if big else 256,
@@ -179,7 +179,7 @@ def scheduler_defaults(engine: str, gpu_memory_gib: float, gpu: str = "") -> Sch
         # prefill work is spread: chunks of the same budget beside decoding (the same share
         # of the GPU's time). KV: admission against an estimate of the live KV, requests
         # retracted when it runs out (new_token_ratio decays towards 0.1 of what is left to
-        # generate): on demand, as vLLM's (hastune.sim.nodg_paged)
+        # generate): on demand, as vLLM's (hastune.sim.nodg.paged)
         return Scheduler(chunk, chunk, 2048, 0.88, True)
     if engine == "trtllm":
         return Scheduler(8192, 8192, 2048, 0.9, False)

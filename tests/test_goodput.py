@@ -67,7 +67,8 @@ def test_simulated_goodput_is_a_passing_rate_below_a_failing_one(audio_eval, epd
 
 
 def test_epd_beats_static_split_on_audio(audio_recipe, epd_config, static_config, root):
-    from hastune.config import EPDStaticConfig, load_config
+    from hastune.archs.epd_static import EPDStaticConfig
+    from hastune.config import load_config
     from hastune.evaluators.sim import Evaluation
 
     ev = Evaluation(audio_recipe)

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from hastune import engine_terms as et
+from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
-from hastune.config import NoDGConfig
 from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Case, model_dir
 from hastune.profile import Profile

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hastune.policies.admission import Admission, SlackTracker
+from hastune.policies.admission import Admission, SlackTracker, Verdict
 from hastune.policies.batcher import PoissonGapBatcher, TimeoutBatcher, poisson_gap_kappa
 from hastune.policies.encode import EncodePolicies, epd_policies, policies_for, static_policies
 from hastune.policies.iteration import IterationScheduler, Prompt
@@ -28,6 +28,7 @@ __all__ = [
     "SEED_SM_TABLE",
     "SMPartitioner",
     "TimeoutBatcher",
+    "Verdict",
     "epd_policies",
     "poisson_gap_kappa",
     "policies_for",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
+from enum import IntEnum
 
 STATISTICS = ("mean", "min", "quantile")
 
@@ -79,6 +80,19 @@ class SlackTracker:
         return steps * self.slo - t + self.total / self.n
 
 
+class Verdict(IntEnum):
+    """Admission's answer: admitted, or the first of the three checks that refused. An int
+    (0 admits, falsy), so a count per verdict is a list indexed by it."""
+
+    ADMIT = 0
+    TTFT = 1     # check 1: the prefill window would outlast the TTFT SLO
+    TPOT = 2     # check 2: the decoding requests' saved TPOT cannot absorb the stall
+    MEMORY = 3   # check 3: no KV room or no batch seat
+
+
+_ADMIT, _TTFT, _TPOT, _MEMORY = Verdict  # bound once: `check` runs per offer
+
+
 class Admission:
     """May instance X take request R now? (EcoServe, Algorithm 1; time is passed in.)
 
@@ -91,7 +105,7 @@ class Admission:
        (the decode stall they must absorb).
     3. Memory: R's KV (prompt + output) fits beside everything reserved, and a batch seat is free.
 
-    `check` returns 0 when all pass, else the number of the first that fails."""
+    `check` returns Verdict.ADMIT when all pass, else the first check that fails."""
 
     __slots__ = ("ttft_slo",)
 
@@ -101,11 +115,11 @@ class Admission:
         self.ttft_slo = ttft_slo
 
     def check(self, window_s: float, pending_s: float, new_s: float, saved_s: float,
-              kv_free: float, kv_need: float, seats_free: int, empty: bool = False) -> int:
+              kv_free: float, kv_need: float, seats_free: int, empty: bool = False) -> Verdict:
         if not empty and window_s + pending_s + new_s > self.ttft_slo:
-            return 1
+            return _TTFT
         if saved_s < pending_s + new_s:
-            return 2
+            return _TPOT
         if kv_need > kv_free or seats_free < 1:
-            return 3
-        return 0
+            return _MEMORY
+        return _ADMIT

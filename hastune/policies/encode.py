@@ -23,7 +23,8 @@ from hastune.policies.partitioner import Curve, SMPartitioner
 from hastune.policies.router import DeficitRouter
 
 if TYPE_CHECKING:  # at run time only where needed: the config models' modules may import this
-    from hastune.config import EPDConfig, EPDStaticConfig
+    from hastune.archs.epd import EPDConfig
+    from hastune.archs.epd_static import EPDStaticConfig
 
 CurveFor = Callable[[int], "Curve | None"]
 
@@ -71,7 +72,8 @@ def static_policies(cfg: EPDStaticConfig, encode_rate: float = 1.0,
 def policies_for(cfg: EPDConfig | EPDStaticConfig, encode_rate: float = 1.0,
                  curve_for: CurveFor | None = None) -> EncodePolicies:
     """The encode-worker policies of a config of the encode/prefill/decode family."""
-    from hastune.config import EPDConfig, EPDStaticConfig
+    from hastune.archs.epd import EPDConfig
+    from hastune.archs.epd_static import EPDStaticConfig
 
     if isinstance(cfg, EPDStaticConfig):
         return static_policies(cfg, encode_rate, curve_for)

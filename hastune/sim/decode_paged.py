@@ -1,6 +1,6 @@
 """A decode-only worker with KV on demand (Profile.kv_on_demand: vLLM's and SGLang's paged
 KV, set by hastune.engine_terms), for EPD's and FuDG's decode pools: the policy of
-hastune.sim.nodg_paged on an instance that only decodes.
+hastune.sim.nodg.paged on an instance that only decodes.
 
 - Admission (FIFO, at a step boundary): a waiting request joins when its prompt's KV (and
   its first token's) fits beside what the running requests will hold after the next step

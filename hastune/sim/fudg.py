@@ -24,8 +24,8 @@ from heapq import heappush
 
 import numpy as np
 
+from hastune.archs.fudg import FuDGConfig
 from hastune.cluster import Cluster
-from hastune.config import FuDGConfig
 from hastune.profile import Profile
 from hastune.recipe import SLO
 from hastune.runs import RunResult

@@ -139,7 +139,7 @@ def _summary(tuner: Tuner, st: Any, wall_s: float) -> tuple[dict, Any]:
     from hastune.tune.outputs import best_trial, summarize
 
     bt = best_trial(st)
-    final = tuner.ev.goodput(parse_config(bt.user_attrs["config"])) if bt else None
+    final = tuner.simulation.goodput(parse_config(bt.user_attrs["config"])) if bt else None
     return summarize(tuner, st, wall_s, final), final
 
 
@@ -148,12 +148,12 @@ def _conclude(tuner: Tuner, summary: dict, final: Any, base: dict | None,
     """The summary's profile source, engine terms, caveats, baseline and exit code."""
     from hastune.config import parse_config
 
-    desc = tuner.ev.describe()
+    desc = tuner.simulation.describe()
     for key in ("profile_source", "engine_terms"):  # built on demand, shipped, ...; terms
         if key in desc:
             summary[key] = desc[key]
     if summary["best_config"]:  # the simulator's (hastune.caveats); none for a measured one
-        summary["caveats"] = tuner.ev.caveats(parse_config(summary["best_config"]),
+        summary["caveats"] = tuner.simulation.caveats(parse_config(summary["best_config"]),
                                               summary["goodput_rps"],
                                               final.best_run if final is not None else None)
     code = 0 if summary["meets_slo"] else EXIT_NO_CONFIG

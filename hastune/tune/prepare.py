@@ -34,10 +34,10 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
     # optimum of all (splitting probe_top between them was tried: no better)
     for space in tuner.spaces.values():
         if opts.prune:
-            rep = prune(tuner.recipe, tuner.ev.profile, tuner.ev.requests, space,
+            rep = prune(tuner.recipe, tuner.simulation.profile, tuner.simulation.requests, space,
                         evaluate=record, probe_top=opts.probe_top, margin=tuner.margin,
                         lower_bound=report["lower_bound_rps"],
-                        runnable=None if tuner.evaluator is tuner.ev else tuner.runnable)
+                        runnable=None if tuner.evaluator is tuner.simulation else tuner.runnable)
             cands += [(c.bound, c.config) for c in rep.kept]
             for r, n in rep.removed.items():
                 report["rules"][r] += n
@@ -46,7 +46,7 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
         else:
             for c in space.configs(tuner.recipe.cluster.gpus):
                 report["total"] += 1
-                if tuner.evaluator is not tuner.ev and not tuner.runnable(c):
+                if tuner.evaluator is not tuner.simulation and not tuner.runnable(c):
                     report["rules"]["engine"] += 1
                 elif tuner.feasible(c):
                     cands.append((0.0, c))

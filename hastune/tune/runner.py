@@ -123,18 +123,19 @@ class Tuner:
                 backend=opts.backend, ray_address=opts.ray_address, engine=opts.engine,
                 launch_cmd=opts.launch_cmd))
         self.evaluator: Evaluator = evaluator
-        # the profile and requests pruning works from (the simulator's, whatever measures)
-        self.ev = evaluator if isinstance(evaluator, Evaluation) else Evaluation(recipe)
-        self.spaces = {a: space_for(a, recipe.path, recipe.search_space, self.ev.profile)
+        # the simulator's evaluation: the profile and requests pruning works from, whatever
+        # measures the trials
+        self.simulation = evaluator if isinstance(evaluator, Evaluation) else Evaluation(recipe)
+        self.spaces = {a: space_for(a, recipe.path, recipe.search_space, self.simulation.profile)
                        for a in recipe.architectures}
         for space in self.spaces.values():  # before any work: each can run something
-            self.ev.check_space(space, space.source)
+            self.simulation.check_space(space, space.source)
         self.pz = Parametrization(self.spaces, recipe.cluster.gpus)
-        self.bounds = Bounds(recipe, self.ev.profile, self.ev.requests)
+        self.bounds = Bounds(recipe, self.simulation.profile, self.simulation.requests)
         self.margin = derived_margin(recipe) if opts.margin is None else opts.margin
         self.study_name = opts.study or f"{recipe.name}-{'+'.join(recipe.architectures)}"
         self.prepared: Prepared | None = None
-        self.recipe_sha256 = recipe_sha256(recipe, self.ev.profile)
+        self.recipe_sha256 = recipe_sha256(recipe, self.simulation.profile)
         self.history: list[dict] = []  # the settings the study was searched with
 
     # -- the study ------------------------------------------------------------------------

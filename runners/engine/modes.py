@@ -28,7 +28,7 @@ from collections import deque
 from typing import Any
 
 from hastune import archs
-from hastune.policies import Admission, LeastInFlight, RollingActivation, SlackTracker
+from hastune.policies import Admission, LeastInFlight, RollingActivation, SlackTracker, Verdict
 from hastune.policies.rolling import pick_macro
 from runners.engine.events import Events
 from runners.engine.messages import (
@@ -186,7 +186,7 @@ class PaDGMode(_Mode):
         self.done_on: dict[int, str] = {}
         # each closed window: (instance, opened, closed, decode steps before it, its rids)
         self.windows: list[tuple[str, float, float, int, tuple]] = []
-        self.refused = [0, 0, 0, 0]
+        self.refused = [0] * len(Verdict)  # admission attempts, counted by verdict
         for m in self.macros:
             m.queue.clear()
 
@@ -221,9 +221,9 @@ class PaDGMode(_Mode):
                                           if w else 0.0),
                         "mean_window_requests": (sum(len(x[4]) for x in w) / len(w) if w
                                                  else 0.0),
-                        "refused_ttft": float(self.refused[1]),
-                        "refused_slack": float(self.refused[2]),
-                        "refused_memory": float(self.refused[3]),
+                        "refused_ttft": float(self.refused[Verdict.TTFT]),
+                        "refused_slack": float(self.refused[Verdict.TPOT]),
+                        "refused_memory": float(self.refused[Verdict.MEMORY]),
                         "prefill_time_factor": self.factor})
         return out
 
@@ -289,7 +289,7 @@ class PaDGMode(_Mode):
         why = self.adm.check(window, pending, est, saved, self.cap - self.reserved[i], need,
                              self.max_batch - self.inflight[i], empty)
         self.refused[why] += 1
-        return why == 0
+        return why is Verdict.ADMIT
 
     def _pump(self, m: _Macro, t: float) -> None:
         """Offer the macro-instance's waiting requests, oldest first."""

@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from hastune.config import EPDConfig, EPDStaticConfig  # noqa: E402
+from hastune.archs.epd import EPDConfig  # noqa: E402
+from hastune.archs.epd_static import EPDStaticConfig  # noqa: E402
 from hastune.recipe import SLO, Workload  # noqa: E402
 from hastune.workload import sample_requests  # noqa: E402
 from runners.engine import Engine, EngineOptions  # noqa: E402

@@ -15,7 +15,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hastune.config import EPDConfig, NoDGConfig, PaDGConfig
+from hastune.archs.epd import EPDConfig
+from hastune.archs.nodg import NoDGConfig
+from hastune.archs.padg import PaDGConfig
 from hastune.errors import InputError
 from runners.engine.fit import NOT_COMPARABLE, check_fit, cpu_cores, plan
 

@@ -10,7 +10,7 @@ import queue
 import time
 from types import SimpleNamespace
 
-from hastune.config import PaDGConfig
+from hastune.archs.padg import PaDGConfig
 from runners.engine.engine import EngineOptions
 from runners.engine.messages import EV_DONE, EV_ENCODED, EV_FAILED, EV_PREFILLED, EV_WINDOW, Job
 from runners.engine.modes import PaDGMode

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
 
-from hastune.config import EPDConfig  # noqa: E402
+from hastune.archs.epd import EPDConfig  # noqa: E402
 from hastune.errors import InputError  # noqa: E402
 from hastune.recipe import Workload  # noqa: E402
 from hastune.workload import sample_requests  # noqa: E402

@@ -15,7 +15,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from hastune.config import NoDGConfig, PaDGConfig  # noqa: E402
+from hastune.archs.nodg import NoDGConfig  # noqa: E402
+from hastune.archs.padg import PaDGConfig  # noqa: E402
 from hastune.errors import InputError  # noqa: E402
 from hastune.recipe import Workload  # noqa: E402
 from hastune.workload import sample_requests  # noqa: E402

@@ -7,7 +7,9 @@ import queue
 
 import pytest
 
-from hastune.config import EPDConfig, NoDGConfig, PaDGConfig
+from hastune.archs.epd import EPDConfig
+from hastune.archs.nodg import NoDGConfig
+from hastune.archs.padg import PaDGConfig
 from hastune.recipe import Workload
 from hastune.workload import sample_requests
 from runners.engine.messages import EV_STEPS

@@ -1,5 +1,5 @@
 """The front end that passes tokens on at a cost per token (SGLang's tokenizer manager:
-hastune.engine_terms.FRONTEND_TOKEN_S, hastune.sim.nodg_paged.Delivery)."""
+hastune.engine_terms.FRONTEND_TOKEN_S, hastune.sim.nodg.paged.Delivery)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hastune import engine_terms as et
+from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
-from hastune.config import NoDGConfig
 from hastune.fidelity import fit as F
 from hastune.profile import load_profile
 from hastune.sim.nodg import NoDGSimulator
-from hastune.sim.nodg_paged import Delivery
+from hastune.sim.nodg.paged import Delivery
 from hastune.workload import RequestSet
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from hastune import engine_terms as et
+from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
-from hastune.config import NoDGConfig
 from hastune.data import SILICON_LLAMA31
 from hastune.fidelity import fit as F
 from hastune.model_ref import Engine

@@ -1,4 +1,4 @@
-"""nodg with KV on demand and preemption (hastune.sim.nodg_paged, issue 13)."""
+"""nodg with KV on demand and preemption (hastune.sim.nodg.paged, issue 13)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
-from hastune.config import NoDGConfig
 from hastune.profile import load_profile
-from hastune.sim import nodg_run
 from hastune.sim.nodg import NoDGSimulator
+from hastune.sim.nodg.run import Run as NoDGRun
 from hastune.workload import RequestSet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,12 +51,12 @@ def _run(profile, reqs, rate, chunk=512):
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_with_room_to_spare_paged_kv_runs_as_the_reserving_run(seed, rate, chunk, closed):
     """KV that never runs out: on-demand allocation admits and schedules exactly as the
-    event-by-event reserving run (hastune.sim.nodg_run with ahead off)."""
+    event-by-event reserving run (hastune.sim.nodg.run with ahead off)."""
     reqs = _reqs(150, seed, 60, closed)
     r = rate * 8 if closed else rate
     paged = _run(_profile(True), reqs, r, chunk)
 
-    class Ref(nodg_run._Run):
+    class Ref(NoDGRun):
         ahead = False
 
     cl = Cluster(gpu="a100-80gb", gpus=2)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from hastune.policies import Admission, SlackTracker
+from hastune.policies import Admission, SlackTracker, Verdict
 
 
 @pytest.mark.parametrize("statistic", ["mean", "min", "quantile"])
@@ -55,11 +55,11 @@ def test_each_check_fails_on_its_own():
     adm = Admission(ttft_slo=1.0)
     ok = dict(window_s=0.1, pending_s=0.2, new_s=0.1, saved_s=1.0, kv_free=1000, kv_need=100,
               seats_free=4)
-    assert adm.check(**ok) == 0
-    assert adm.check(**{**ok, "window_s": 0.8}) == 1          # TTFT: 0.8 + 0.2 + 0.1 > 1
-    assert adm.check(**{**ok, "saved_s": 0.25}) == 2          # slack 0.25 < 0.2 + 0.1
-    assert adm.check(**{**ok, "kv_need": 1001}) == 3          # memory
-    assert adm.check(**{**ok, "seats_free": 0}) == 3          # batch seats
+    assert adm.check(**ok) is Verdict.ADMIT
+    assert adm.check(**{**ok, "window_s": 0.8}) is Verdict.TTFT    # 0.8 + 0.2 + 0.1 > 1
+    assert adm.check(**{**ok, "saved_s": 0.25}) is Verdict.TPOT    # slack 0.25 < 0.2 + 0.1
+    assert adm.check(**{**ok, "kv_need": 1001}) is Verdict.MEMORY  # KV
+    assert adm.check(**{**ok, "seats_free": 0}) is Verdict.MEMORY  # batch seats
     # a prompt longer than the TTFT SLO may still open an empty window
     assert adm.check(0.0, 0.0, 2.0, math.inf, 1000, 100, 4, empty=True) == 0
     assert adm.check(0.0, 0.0, 2.0, math.inf, 1000, 100, 4, empty=False) == 1

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hastune.config import EPDConfig, EPDStaticConfig, config_dict, parse_config
+from hastune.archs.epd import EPDConfig
+from hastune.archs.epd_static import EPDStaticConfig
+from hastune.config import config_dict, parse_config
 from hastune.policies import PoissonGapBatcher, TimeoutBatcher, poisson_gap_kappa
 from hastune.policies.encode import epd_policies, policies_for, static_policies
 from hastune.sim.epd import _EPDRun

@@ -1,5 +1,5 @@
 """TensorRT-LLM's batch waiting in the nodg simulator (Profile.batch_wait: (iters, ratio),
-hastune.sim.nodg_plan.Planner.waits): while requests decode, a prompt not yet started waits
+hastune.sim.nodg.plan.Planner.waits): while requests decode, a prompt not yet started waits
 up to `batch_wait_iters` decode steps for more prompts, unless the next iteration's tokens
 already reach `batch_wait_ratio` × its budget; with nothing decoding it never waits."""
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hastune.config import parse_config
 from hastune.evaluators.sim import Evaluation
 from hastune.model_ref import Engine
-from hastune.sim import nodg_run
+from hastune.sim.nodg.run import Run as NoDGRun
 from hastune.workload import RequestSet
 from tests.sim.replica_recipes import recipe
 
@@ -89,15 +89,15 @@ def test_a_threshold_always_met_never_waits(ev, rate, n, iters):
 def test_waiting_runs_as_event_by_event_and_delays_prompts(ev, rate, n, iters, ratio, replicas,
                                                            monkeypatch):
     """With batch waiting the run takes no shortcut (every iteration planned as it starts):
-    the event-by-event reference (`_Run.ahead = False`) gives the same timestamps, open loop;
+    the event-by-event reference (`Run.ahead = False`) gives the same timestamps, open loop;
     and prompts wait on average: the mean TTFT is not below the run without waiting by more
     than the batching it buys could save (a loose bound: 5%)."""
     reqs = ev.requests_at(rate, n)
     sim = _sim(ev, iters, ratio, replicas)
     fast = sim.run(reqs, rate)
-    monkeypatch.setattr(nodg_run._Run, "ahead", False)
+    monkeypatch.setattr(NoDGRun, "ahead", False)
     slow = sim.run(reqs, rate)
-    monkeypatch.setattr(nodg_run._Run, "ahead", True)
+    monkeypatch.setattr(NoDGRun, "ahead", True)
     for f in ("ttft", "tpot", "arrival", "finish"):
         assert np.array_equal(getattr(fast, f), getattr(slow, f), equal_nan=True), f
     base = _sim(ev, 0, 0.0, replicas).run(reqs, rate)

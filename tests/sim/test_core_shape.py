@@ -1,7 +1,10 @@
-"""Shape limits of the code (issue 10): no simulator function longer than 80 lines, no module
-in hastune/ or runners/ longer than 400. One test per file, so a file over a limit fails on
-its own; a file that is over a limit and being split is listed below with why, as a strict
-xfail — its owner removes the entry when the file fits (a strict xfail that passes fails)."""
+"""Shape limits of the code (issue 10): no simulator function longer than 80 lines (its
+packages included). One test per file, so a file over the limit fails on its own; a file that
+is over it and being split is listed below with why, as a strict xfail — its owner removes the
+entry when the file fits (a strict xfail that passes fails).
+
+Module length is advice, not a gate (issue 33: a module splits by concept, not to stay under
+a count): `python benchmarks/code_shape.py` lists the modules over 400 lines."""
 
 from __future__ import annotations
 
@@ -11,12 +14,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_FUNCTION_LINES = 80  # hastune/sim/*.py
-MAX_MODULE_LINES = 400   # hastune/**/*.py, runners/**/*.py
+MAX_FUNCTION_LINES = 80  # hastune/sim/**/*.py
 
 # path (from the repository root) → why it is still over the limit
 FUNCTION_EXEMPT: dict[str, str] = {}
-MODULE_EXEMPT: dict[str, str] = {}
 
 
 def _files(*patterns: str) -> list[str]:
@@ -40,14 +41,12 @@ def long_functions(source: str, limit: int) -> list[tuple[str, int, int]]:
     return out
 
 
-SIM = _files("hastune/sim/*.py")
-MODULES = _files("hastune/**/*.py", "runners/**/*.py")
+SIM = _files("hastune/sim/**/*.py")
 
 
 def test_the_files_are_found():
-    assert "hastune/sim/padg.py" in SIM and "hastune/sim/fudg.py" in SIM
-    assert len(MODULES) > len(SIM) and any(f.startswith("runners/") for f in MODULES)
-    for f in {**FUNCTION_EXEMPT, **MODULE_EXEMPT}:
+    assert "hastune/sim/padg/run.py" in SIM and "hastune/sim/fudg.py" in SIM
+    for f in FUNCTION_EXEMPT:
         assert (ROOT / f).exists(), f"exempt file {f} is gone: drop its entry"
 
 
@@ -56,12 +55,6 @@ def test_simulator_functions_are_short(path):
     long = long_functions((ROOT / path).read_text(), MAX_FUNCTION_LINES)
     assert not long, f"{path}: functions over {MAX_FUNCTION_LINES} lines (name, line, " \
                      f"length): {long}"
-
-
-@pytest.mark.parametrize("path", _params(MODULES, MODULE_EXEMPT))
-def test_modules_are_short(path):
-    n = len((ROOT / path).read_text().splitlines())
-    assert n <= MAX_MODULE_LINES, f"{path}: {n} lines (limit {MAX_MODULE_LINES})"
 
 
 def test_long_functions_counts_nested_and_methods():

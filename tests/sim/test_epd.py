@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hastune.archs.epd import EPDConfig
+from hastune.archs.epd_static import EPDStaticConfig
 from hastune.cluster import Cluster
-from hastune.config import EPDConfig, EPDStaticConfig
 from hastune.evaluators.sim import Evaluation
 from hastune.model_ref import Engine
 from hastune.sim.epd import EPDSimulator

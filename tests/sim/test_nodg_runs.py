@@ -2,10 +2,10 @@
 as one event (the last one taken back when a request joins before it starts), the open loop
 has its own event loop, and an arrival at a decoding replica takes the next step boundary at
 once, with
-the timestamps of the event-by-event simulation (`_Run.ahead = False`) — bit for bit, on long
+the timestamps of the event-by-event simulation (`Run.ahead = False`) — bit for bit, on long
 prompts, payloads encoded inline, pipeline stages, closed loop and runs stopped early; only
-the event count drops. The shortcuts are the reserved-KV run's (`_Run`; TensorRT-LLM's, and
-any engine's with its terms off): paged KV on demand (`_PagedRun`, vLLM's and SGLang's terms)
+the event count drops. The shortcuts are the reserved-KV run's (`Run`; TensorRT-LLM's, and
+any engine's with its terms off): paged KV on demand (`PagedRun`, vLLM's and SGLang's terms)
 steps event by event, so these recipes run with `engine: {terms: false}`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hastune.config import parse_config
 from hastune.evaluators.sim import Evaluation
 from hastune.model_ref import Engine
 from hastune.recipe import load_recipe
-from hastune.sim import nodg_run
+from hastune.sim.nodg.run import Run as NoDGRun
 from tests.sim.replica_recipes import recipe
 
 
@@ -38,9 +38,9 @@ def _both(ev: Evaluation, spec: dict, rate: float, n: int, monkeypatch):
     sim = ev.simulator(parse_config(spec))
     reqs = ev.requests_at(rate, n)
     fast = sim.run(reqs, rate)
-    monkeypatch.setattr(nodg_run._Run, "ahead", False)
+    monkeypatch.setattr(NoDGRun, "ahead", False)
     slow = sim.run(reqs, rate)
-    monkeypatch.setattr(nodg_run._Run, "ahead", True)
+    monkeypatch.setattr(NoDGRun, "ahead", True)
     _same(fast, slow)
     return fast, slow
 
@@ -88,13 +88,13 @@ def test_chunk_runs_in_closed_loop(root, monkeypatch):
 
 def _counted(monkeypatch, name: str) -> list:
     calls: list = []
-    orig = getattr(nodg_run._Run, name)
+    orig = getattr(NoDGRun, name)
 
     def counted(self, *args):
         calls.append(args)
         return orig(self, *args)
 
-    monkeypatch.setattr(nodg_run._Run, name, counted)
+    monkeypatch.setattr(NoDGRun, name, counted)
     return calls
 
 

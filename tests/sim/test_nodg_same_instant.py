@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from hastune.config import parse_config
 from hastune.evaluators.sim import Evaluation
-from hastune.sim import nodg_run
+from hastune.sim.nodg.run import Run as NoDGRun
 from tests.sim.replica_recipes import recipe
 
 
@@ -39,12 +39,12 @@ def test_same_instant_arrivals_share_the_first_iteration(ev, prompts, chunk, ahe
     sim = ev.simulator(parse_config({"architecture": "nodg", "tp": 2, "replicas": 1,
                                      "chunk_tokens": chunk}))
     reqs = _tied(ev.requests_at(1.0, 20), prompts, 20)
-    old = nodg_run._Run.ahead
-    nodg_run._Run.ahead = ahead
+    old = NoDGRun.ahead
+    NoDGRun.ahead = ahead
     try:
         res = sim.run(reqs, 1.0)
     finally:
-        nodg_run._Run.ahead = old
+        NoDGRun.ahead = old
     k = len(prompts)
     first = res.arrival[:k] + res.ttft[:k]
     assert np.all(res.arrival[:k] == res.arrival[0])
@@ -59,13 +59,13 @@ def test_poisson_arrivals_wake_no_replica_late(ev, monkeypatch):
     """No two Poisson arrivals tie: every woken replica plans at its arrival, as before (the
     deferral is never taken), and the event-by-event run agrees bit for bit."""
     calls: list = []
-    wake = nodg_run._Run.wake
-    monkeypatch.setattr(nodg_run._Run, "wake", lambda s, *a: (calls.append(a), wake(s, *a)))
+    wake = NoDGRun.wake
+    monkeypatch.setattr(NoDGRun, "wake", lambda s, *a: (calls.append(a), wake(s, *a)))
     sim = ev.simulator(parse_config({"architecture": "nodg", "tp": 2, "replicas": 4,
                                      "chunk_tokens": 2048}))
     reqs = ev.requests_at(3.0, 60)
     fast = sim.run(reqs, 3.0)
-    monkeypatch.setattr(nodg_run._Run, "ahead", False)
+    monkeypatch.setattr(NoDGRun, "ahead", False)
     slow = sim.run(reqs, 3.0)
     assert calls == []
     for f in ("ttft", "tpot", "arrival", "finish"):

@@ -136,7 +136,7 @@ def test_estimates_are_the_per_request_floats(audio_recipe, pp):
     """The run computes its per-request estimates as arrays: exactly the floats one call per
     request gives (the simulator's output must not move)."""
     from hastune.sim.instance import InstanceTiming
-    from hastune.sim.padg_run import estimates
+    from hastune.sim.padg.run import estimates
 
     ev = Evaluation(audio_recipe, requests=300)
     enc_tok = ev.requests.encoder_tokens.copy()

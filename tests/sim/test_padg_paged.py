@@ -1,4 +1,4 @@
-"""padg with KV on demand (hastune.sim.padg_paged, issue 13): admission asks for the prompt's
+"""padg with KV on demand (hastune.sim.padg.paged, issue 13): admission asks for the prompt's
 KV, the decode batch's KV grows one token per step, the newest running request is preempted
 when the next step would not fit and recomputed in its instance's next prefill window."""
 
@@ -12,7 +12,7 @@ from hastune.cluster import Cluster
 from hastune.config import parse_config
 from hastune.recipe import SLO
 from hastune.sim.padg import PaDGSimulator
-from hastune.sim.padg_paged import PagedReplicaDecode
+from hastune.sim.padg.paged import PagedReplicaDecode
 from hastune.workload import RequestSet
 from tests.sim.paged_kv import profile_with_kv, random_requests
 

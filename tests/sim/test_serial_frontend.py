@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hastune import engine_terms as et
+from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
-from hastune.config import NoDGConfig
 from hastune.profile import load_profile
 from hastune.sim.frontend import open_arrivals
 from hastune.sim.nodg import NoDGSimulator

@@ -1,6 +1,6 @@
 """One run of the nodg simulator (hastune.sim.nodg describes the model): the replicas' state,
 the event loop, and the handlers of arrivals and of a replica's pending event. Planning a
-replica's next iterations is hastune.sim.nodg_plan's half of the run (`Planner`).
+replica's next iterations is hastune.sim.nodg.plan's half of the run (`Planner`).
 
 Hot methods bind what they read to locals (the run is CPU-bound Python)."""
 
@@ -17,15 +17,15 @@ from hastune.policies import IterationScheduler, LeastInFlight
 from hastune.sim.common import ARRIVE, EventLoop, build_result, request_lists
 from hastune.sim.events import PRIO_DONE, PRIO_TIMER, SimulationError
 from hastune.sim.instance import InstanceTiming, ReplicaDecode
-from hastune.sim.nodg_plan import STEP, Planner
+from hastune.sim.nodg.plan import STEP, Planner
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
 
 if TYPE_CHECKING:
-    from hastune.sim.nodg import NoDGSimulator
+    from hastune.sim.nodg.simulator import NoDGSimulator
 
 
-class _Replica:
+class Replica:
     """One replica's state in a run: its decode batch, its scheduler, its pending event."""
 
     __slots__ = ("tm", "dec", "sched", "active", "in_iter", "ver", "ev_t", "target", "decodes",
@@ -56,7 +56,7 @@ class _Replica:
         self.wait_from = -1     # the decode step its prompts began waiting at (batch waiting)
 
 
-class _Run(Planner):
+class Run(Planner):
     """One run: the replicas, the router, the request lists, and the event handlers."""
 
     ahead = True  # plan what is already known at once (solo, chunk_run, arrivals) and run the
@@ -90,7 +90,7 @@ class _Run(Planner):
         self.solo_ok = self.runs and not mm  # plan: solo
         for tm in sim.timings:
             tm.kv_cap = tm.kv_cap_mm if mm else tm.kv_cap_text
-        self.reps = [_Replica(tm, tm.kv_cap, chunk) for tm in sim.timings]
+        self.reps = [Replica(tm, tm.kv_cap, chunk) for tm in sim.timings]
         self.router = LeastInFlight(len(self.reps))
         self.pick, self.release = self.router.pick, self.router.release
         self.closed = loop.closed
@@ -231,7 +231,7 @@ class _Run(Planner):
         if early:
             rp.early_ver = rp.ver
 
-    def wake(self, rp: _Replica, k: int, t: float) -> None:
+    def wake(self, rp: Replica, k: int, t: float) -> None:
         """Idle replica k was woken at t by an arrival that others may join at t (closed loop,
         or the next arrival at the same time): as an engine's loop schedules what is waiting
         when its next iteration starts, it plans at t once every arrival of t is in — through

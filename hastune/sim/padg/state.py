@@ -1,5 +1,5 @@
 """State of padg's instances and macro-instances (the simulator in hastune.sim.padg drives
-them; hastune.sim.padg_scaling regroups them)."""
+them; hastune.sim.padg.scaling regroups them)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from hastune.policies import GROW, SHRINK, Mitosis
 from hastune.sim.events import PRIO_DONE
-from hastune.sim.padg_state import READY, Macro
+from hastune.sim.padg.state import READY, Macro
 
 
 class Scaler:

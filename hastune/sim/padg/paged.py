@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING
 from hastune.sim.decode_paged import pop_newest
 from hastune.sim.events import PRIO_DONE
 from hastune.sim.instance import ReplicaDecode
-from hastune.sim.padg_run import PaDGRun
-from hastune.sim.padg_state import DEC, SWITCH, Inst
+from hastune.sim.padg.run import PaDGRun
+from hastune.sim.padg.state import DEC, SWITCH, Inst
 from hastune.workload import RequestSet
 
 if TYPE_CHECKING:
-    from hastune.sim.padg import PaDGSimulator
+    from hastune.sim.padg.simulator import PaDGSimulator
 
 
 class PagedReplicaDecode(ReplicaDecode):

@@ -6,7 +6,7 @@ preempted, as vLLM V1 does (`running.pop()`): its KV is freed and it goes back t
 the queue, to prefill its prompt and the tokens it had made again (recompute) and go on from
 there; its first token keeps its time, and the stall shows in its TPOT.
 
-The run is the event-by-event one of hastune.sim.nodg_run (`ahead` off: every iteration an
+The run is the event-by-event one of hastune.sim.nodg.run (`ahead` off: every iteration an
 event, the shared loop; its arrivals, with no output KV taken at admission), with admission
 against the live KV (`PagedDecode.reserved` is the
 batch's context) and decode stretches that end at the step where KV would run out
@@ -24,7 +24,7 @@ from __future__ import annotations
 from hastune.policies import Prompt
 from hastune.sim.decode_paged import pop_newest
 from hastune.sim.instance import ReplicaDecode
-from hastune.sim.nodg_run import _Run
+from hastune.sim.nodg.run import Run
 
 
 class Delivery:
@@ -64,7 +64,7 @@ class PagedDecode(ReplicaDecode):
 
     def made(self) -> float:
         """The tokens the running requests have made so far, together: their context less
-        their prompts (`prompts`, kept by _PagedRun)."""
+        their prompts (`prompts`, kept by PagedRun)."""
         return self.S + self.n * self.step - self.prompts
 
     def advance(self, t: float, step: int, t_last: list[float]) -> list[tuple]:
@@ -103,7 +103,7 @@ class PagedDecode(ReplicaDecode):
         return self.time_of(s - self.step), s
 
 
-class _PagedRun(_Run):
+class PagedRun(Run):
     ahead = False
 
     def __init__(self, sim, reqs, rate: float):
@@ -120,7 +120,7 @@ class _PagedRun(_Run):
             d.pre = self.pre_tok
             rp.dec = d
         n = len(self.out_tok)
-        self.out_kv = [0] * n     # admission takes the prompt's KV only (see _Run.arrive)
+        self.out_kv = [0] * n     # admission takes the prompt's KV only (see Run.arrive)
         self.gen = [0] * n        # tokens made before the current stretch of decoding
         self.joined = [0] * n     # the decode step it (re)joined at
         self.order = [0] * n      # admission order (the victim is the newest)
@@ -169,7 +169,7 @@ class _PagedRun(_Run):
         d.prompts += self.pre_tok[q]
 
     def left(self, k: int, fin, t: float) -> None:
-        """As _Run.left; with the front end passing tokens on, each client has its last token
+        """As Run.left; with the front end passing tokens on, each client has its last token
         when `Delivery` says (PagedDecode.advance put it in t_last)."""
         if not self.deliver:
             return super().left(k, fin, t)

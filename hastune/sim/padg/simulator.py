@@ -17,23 +17,24 @@ When the last batch ends the window closes: the window's requests get their firs
 which resumes in closed form (hastune.sim.instance.ReplicaDecode). Decoding requests make no
 progress during a window; check (2) bounds the stall by their saved TPOT.
 
-One run's state and event handlers live in hastune.sim.padg_run, the instances' and
-macro-instances' state in hastune.sim.padg_state; mitosis (`mitosis: true`, for time-varying
-rates) in hastune.sim.padg_scaling.
+One run's state and event handlers live in hastune.sim.padg.run, the instances' and
+macro-instances' state in hastune.sim.padg.state; mitosis (`mitosis: true`, for time-varying
+rates) in hastune.sim.padg.scaling.
 """
 
 from __future__ import annotations
 
 import time
 
+from hastune.archs.padg import PaDGConfig
 from hastune.cluster import Cluster
-from hastune.config import PaDGConfig
+from hastune.policies import Verdict
 from hastune.profile import Profile
 from hastune.recipe import SLO
 from hastune.runs import RunResult
 from hastune.sim.common import StopRule, build_result, check_gpus
 from hastune.sim.instance import InstanceTiming
-from hastune.sim.padg_run import PaDGRun
+from hastune.sim.padg.run import PaDGRun
 from hastune.workload import RequestSet
 
 
@@ -64,8 +65,8 @@ class PaDGSimulator:
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()
-        if self.profile.kv_on_demand:  # paged KV with preemption (hastune.sim.padg_paged)
-            from hastune.sim.padg_paged import PagedPaDGRun
+        if self.profile.kv_on_demand:  # paged KV with preemption (hastune.sim.padg.paged)
+            from hastune.sim.padg.paged import PagedPaDGRun
 
             run: PaDGRun = PagedPaDGRun(self, reqs, rate)
         else:
@@ -97,9 +98,10 @@ def summary(run: PaDGRun) -> tuple[dict[str, float], dict[str, float]]:
              "mean_window_requests": (sum(x.window_reqs for x in insts) / windows
                                       if windows else 0.0),
              "decode_steps": float(sum(x.dec.steps_run for x in insts)),
-             "refused_ttft": float(refused[1]), "refused_slack": float(refused[2]),
-             "refused_memory": float(refused[3]),
+             "refused_ttft": float(refused[Verdict.TTFT]),
+             "refused_slack": float(refused[Verdict.TPOT]),
+             "refused_memory": float(refused[Verdict.MEMORY]),
              "network_GB": 0.0}  # no KV ever leaves its instance
-    if hasattr(insts[0].dec, "preempted"):  # KV on demand (hastune.sim.padg_paged)
+    if hasattr(insts[0].dec, "preempted"):  # KV on demand (hastune.sim.padg.paged)
         extra["preemptions"] = float(sum(x.dec.preempted for x in insts))
     return util, extra

@@ -1,4 +1,4 @@
-"""Planning one nodg replica's next iterations: the half of a run (hastune.sim.nodg_run._Run)
+"""Planning one nodg replica's next iterations: the half of a run (hastune.sim.nodg.run.Run)
 that decides, between iterations, what the next one carries and how long it takes, and runs
 what is already known as one event (a prompt's consecutive chunk iterations) with the
 timestamps of one event each."""
@@ -13,13 +13,13 @@ from hastune.policies import Prompt
 from hastune.sim.events import PRIO_DONE
 
 if TYPE_CHECKING:
-    from hastune.sim.nodg_run import _Replica
+    from hastune.sim.nodg.run import Replica
 
 STEP = 1  # the event kind after common.ARRIVE (0), a closed-loop client's next request
 
 
 class Planner:
-    """_Run's planning methods; they read the run's replicas (`reps`), heap and arrivals."""
+    """Run's planning methods; they read the run's replicas (`reps`), heap and arrivals."""
 
     def plan(self, k: int, t: float) -> None:
         """Replica k at t, between iterations: admit, then start the next iteration that
@@ -73,7 +73,7 @@ class Planner:
             rp.ev_t = math.inf
             rp.busy_s += t - rp.busy_since
 
-    def waits(self, rp: _Replica, k: int, n: int) -> bool:
+    def waits(self, rp: Replica, k: int, n: int) -> bool:
         """TensorRT-LLM's batch waiting (PyExecutor._waiting_requests): while n > 0 requests
         decode, prompts not yet started stay out of the next iterations until the tokens it
         would carry (theirs, within the budget, and one per decoding request) reach
@@ -108,7 +108,7 @@ class Planner:
         heappush(self.heap, (rp.ev_t, PRIO_DONE, next(self.seq), STEP, k, v))
         return True
 
-    def solo(self, rp: _Replica, k: int, t: float, p: Prompt, n: int) -> None:
+    def solo(self, rp: Replica, k: int, t: float, p: Prompt, n: int) -> None:
         """plan, for its common case: one prompt prefilling (chunked, text only), so each
         iteration gives it the whole budget b = chunk − n until its last (the plan of
         `IterationScheduler.plan`, computed here). The iterations known now make one event:
@@ -165,7 +165,7 @@ class Planner:
         rp.ev_t = t_end
         heappush(self.heap, (t_end, PRIO_DONE, next(self.seq), STEP, k, v))
 
-    def retract(self, rp: _Replica, k: int) -> None:
+    def retract(self, rp: Replica, k: int) -> None:
         """A request joined rp's queue before the last iteration of its `solo` event started:
         as event by event, that iteration is planned when it starts (the newcomer may share
         it), so the event ends where it would have started."""
@@ -180,7 +180,7 @@ class Planner:
         rp.ev_t = t
         heappush(self.heap, (t, PRIO_DONE, next(self.seq), STEP, k, v))
 
-    def iteration_s(self, rp: _Replica, chunks: list, tokens: float, sq: float, n: int,
+    def iteration_s(self, rp: Replica, chunks: list, tokens: float, sq: float, n: int,
                     ctx: float) -> float:
         """How long an iteration takes that prefills `chunks` (`tokens` in all, adding `sq` to
         Σ L²; the payloads of the prompts it starts encoded inline) beside a decode step of n
@@ -194,7 +194,7 @@ class Planner:
                     enc += enc_s[p.req]
         return enc + tm.mixed(n, ctx, tokens, sq)
 
-    def chunk_run(self, rp: _Replica, t: float, ctx: float, dur: float) -> float:
+    def chunk_run(self, rp: Replica, t: float, ctx: float, dur: float) -> float:
         """The chunked iteration just planned (`dur` long, ending at t, decode context ctx) gave
         the whole budget to one prompt, and the next ones would too (`run_head`). Add at once those
         that start before the next decoding request finishes, then the one that finishes the
@@ -240,7 +240,7 @@ class Planner:
         rp.run = (t0, run, n, ctx, chunk, done, busy, longest, iters, last, 0, rp.ver + 1)
         return t
 
-    def unwind(self, rp: _Replica, end: float) -> None:
+    def unwind(self, rp: Replica, end: float) -> None:
         """A stopped run ended at `end` inside rp's chunk run: count only the iterations that
         had started by then, as event by event (the statistics of a stopped run)."""
         t, run, n, ctx, chunk, done, busy, longest, iters, last, lead, _ = rp.run  # type: ignore

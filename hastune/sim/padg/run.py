@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hastune.policies import Admission, SlackTracker
+from hastune.policies import Admission, SlackTracker, Verdict
 from hastune.policies.rolling import pick_macro as pick_macro_wrr
 from hastune.sim.common import ARRIVE, EventLoop, request_lists
 from hastune.sim.events import PRIO_DONE, PRIO_TIMER
 from hastune.sim.instance import InstanceTiming
-from hastune.sim.padg_state import (
+from hastune.sim.padg.state import (
     DEC,
     DECODE,
     PF_DONE,
@@ -33,8 +33,10 @@ from hastune.sim.padg_state import (
 )
 from hastune.workload import RequestSet
 
+ADMIT = Verdict.ADMIT
+
 if TYPE_CHECKING:
-    from hastune.sim.padg import PaDGSimulator
+    from hastune.sim.padg.simulator import PaDGSimulator
 
 
 def estimates(reqs: RequestSet, tm: InstanceTiming) -> tuple[list[float], list[float], list]:
@@ -67,7 +69,7 @@ class PaDGRun:
         n = len(reqs)
         self.home = [-1] * n        # the instance that admitted each request ...
         self.decoded_on = [-1] * n  # ... and the one that produced its last token
-        self.refused = [0, 0, 0, 0]  # admission attempts refused by check 1, 2, 3
+        self.refused = [0] * len(Verdict)  # admission attempts, counted by verdict
         self.enc_lat, self.est, self.need = estimates(reqs, sim.timings[0])
         self.insts = insts = [Inst(i, tm, SlackTracker(slo.tpot_s, cfg.slack,
                                                        cfg.slack_quantile))
@@ -86,7 +88,7 @@ class PaDGRun:
         self.pp1 = cfg.pp == 1
         self.scaler = None
         if cfg.mitosis:
-            from hastune.sim.padg_scaling import Scaler
+            from hastune.sim.padg.scaling import Scaler
 
             self.scaler = Scaler(sim, insts, macros, self.push, self.pump)
             self.push(cfg.scale_interval_s, PRIO_TIMER, SCALE, None)
@@ -210,7 +212,7 @@ class PaDGRun:
                 x = insts[k]
                 why = refusal(x, est_r, need_r, t)
                 refused[why] += 1
-                if why == 0:
+                if why is ADMIT:
                     admit(x, r, t)
                     rolling.took(k)
                     q.popleft()

@@ -21,19 +21,19 @@ taken back (`retract`) if a request joins the queue before it starts, as that re
 share it — timed with the same float operations as one by one (InstanceTiming.mixed_run),
 and the step boundary an arrival at a decoding replica waits for when nothing arrives before
 it. Same timestamps, fewer events (tests/sim/test_nodg_runs.py checks against one event
-each). The run itself is hastune.sim.nodg_run (state, loop, handlers) and
-hastune.sim.nodg_plan (what each next iteration carries).
+each). The run itself is hastune.sim.nodg.run (state, loop, handlers) and
+hastune.sim.nodg.plan (what each next iteration carries).
 """
 
 from __future__ import annotations
 
+from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
-from hastune.config import NoDGConfig
 from hastune.profile import Profile
 from hastune.recipe import SLO
 from hastune.sim.common import StopRule, check_gpus
 from hastune.sim.instance import InstanceTiming
-from hastune.sim.nodg_run import _Run
+from hastune.sim.nodg.run import Run
 from hastune.sim.result import RunResult
 from hastune.workload import RequestSet
 
@@ -52,8 +52,8 @@ class NoDGSimulator:
                                       ep=config.ep) for i in range(config.replicas)]
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
-        if self.profile.kv_on_demand:  # paged KV with preemption (hastune.sim.nodg_paged)
-            from hastune.sim.nodg_paged import _PagedRun
+        if self.profile.kv_on_demand:  # paged KV with preemption (hastune.sim.nodg.paged)
+            from hastune.sim.nodg.paged import PagedRun
 
-            return _PagedRun(self, reqs, rate).go()
-        return _Run(self, reqs, rate).go()
+            return PagedRun(self, reqs, rate).go()
+        return Run(self, reqs, rate).go()
