@@ -301,51 +301,14 @@ class EventLoop:
 
     def run_versioned(self, arrive: Callable[[int, float], None],
                       step: Callable[[int, float], None], owners: list) -> None:
-        """`events` with the handlers called from here, for heap events (t, prio, seq, kind,
-        k, version) of which only the one whose version is `owners[k].ver` counts: `step(k, t)`
-        for those, `arrive(r, t)` for every arrival (pre-computed, or ARRIVE events); a
-        superseded event is dropped before any call. Same order, counts and errors as
-        `events`, without a generator (`arrived` is set at the end)."""
-        heap, arr, n_open = self.heap, self.arr, self.n_open
-        watcher = self.watcher
-        check = watcher.every if watcher is not None else n_open + 1  # arrivals between checks
-        i = popped = 0
-        t = 0.0
-        while True:
-            if i >= check:
-                if watcher.failed(i, t):  # type: ignore[union-attr]
-                    self.stopped = True
-                    break
-                check = i + watcher.every  # type: ignore[union-attr]
-            if heap:
-                ev = heap[0]
-                if i < n_open:
-                    ta = arr[i]
-                    if ta < ev[0] or (ta == ev[0] and ev[1] >= PRIO_ARRIVE):
-                        t = ta
-                        arrive(i, ta)
-                        i += 1
-                        continue
-                heappop(heap)
-                te = ev[0]
-                if te < t:
-                    self.arrived = i
-                    raise SimulationError(f"event kind {ev[3]} at t={te!r} is earlier than "
-                                          f"now={t!r}: a simulator scheduled it in the past")
-                popped += 1
-                t = te
-                k = ev[4]
-                if ev[3] == ARRIVE:
-                    arrive(k, te)
-                elif ev[5] == owners[k].ver:
-                    step(k, te)
-            elif i < n_open:
-                t = arr[i]
-                arrive(i, t)
-                i += 1
-            else:
-                break
-        self.t, self.popped, self.arrived = t, popped, i
+        """`events` for heap events (t, prio, seq, kind, k, version) of which only the one
+        whose version is `owners[k].ver` counts: `step(k, t)` for those, `arrive(r, t)` for
+        every arrival (pre-computed, or ARRIVE events); a superseded event is dropped."""
+        for t, _, _, kind, k, ver in self.events(arrive):
+            if kind == ARRIVE:
+                arrive(k, t)
+            elif ver == owners[k].ver:
+                step(k, t)
 
 
 def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: list[float],
