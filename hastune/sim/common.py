@@ -15,13 +15,7 @@ import numpy as np
 
 from hastune.runs import RunResult, latencies
 from hastune.sim.events import PRIO_ARRIVE, SimulationError
-from hastune.sim.frontend import (
-    SerialFrontEnd,
-    frontend_delays,
-    in_flight_at,
-    open_arrivals,
-    stream_waits,
-)
+from hastune.sim.frontend import RunFrontEnd, open_arrivals
 from hastune.sim.warmup import client_starts, steady_start
 from hastune.workload import RequestSet
 
@@ -62,39 +56,28 @@ class Arrivals:
     engine's arrivals, `sent` the clients' (what TTFT is measured from). In closed loop the
     clients' first requests then come through the heap too (`initial` is 0)."""
 
-    __slots__ = ("closed", "clients", "think", "issued", "n", "times", "sent", "fe", "waits",
-                 "queued", "serial", "steady")
+    __slots__ = ("closed", "clients", "think", "issued", "n", "times", "sent", "front",
+                 "queued", "steady")
 
     def __init__(self, reqs: RequestSet, rate: float, streams: int = 1):
         self.n = len(reqs)
         self.closed, self.steady = reqs.think_s is not None, reqs.steady
         f = reqs.frontend
-        self.fe = None  # closed loop: each request's front-end delay
-        self.waits: list[float] | None = None
+        self.front = front = RunFrontEnd(reqs, streams, self.closed)
         self.queued: float | None = None  # FrontEnd.queued: the last completion so far
         self.sent: list[float] | None = None
-        # .stream_token_s, one server per instance that streams tokens (`streams`)
-        self.serial = SerialFrontEnd.of(reqs, streams) if self.closed else None
         if self.closed:
-            if f is not None and not f.off:
-                self.fe = frontend_delays(reqs)
-                if f.spread > 0:  # waits behind the other streams that vary (next_after)
-                    self.waits = stream_waits(reqs, f.spread)
-                if f.queued:
-                    self.queued = 0.0
+            if front.delays is not None and f.queued:  # type: ignore[union-attr]
+                self.queued = 0.0
             self.clients = max(1, min(self.n, int(round(rate))))
             self.think = float(reqs.think_s)  # type: ignore[arg-type]
             self.issued = self.clients
             self.times = [math.inf] * self.n
             self.times[:self.clients] = client_starts(reqs, self.clients)
-            if self.fe is not None:
+            if front.delays is not None:
                 self.sent = list(self.times)
-                # the first requests wait too where waits vary (as if the other clients'
-                # streams ran: the warm-up rounds start spread, not as one clump)
-                w = f.per_stream_s * (self.clients - 1) if self.waits is not None else 0.0
                 for i in range(self.clients):
-                    t0 = self.serial.take(i, self.times[i]) if self.serial else self.times[i]
-                    self.times[i] = t0 + self.fe[i] + (w * self.waits[i] if w else 0.0)
+                    self.times[i] = front.seen_first(i, self.times[i], self.clients)
         else:
             self.clients = 0
             self.think = 0.0
@@ -104,29 +87,23 @@ class Arrivals:
     def initial(self) -> int:
         """How many requests arrive from the pre-computed list (all, or one per client; none
         in closed loop with a front end: the clients' first requests come through the heap)."""
-        if self.closed and self.fe is not None:
+        if self.closed and self.front.delays is not None:
             return 0
         return self.issued
 
-    def next_after(self, t: float, per_stream: float = 0.0,
-                   done: int = -1) -> tuple[float, int] | None:
-        """Closed loop: a request completed at t, so its client sends the next one; with a
-        front end whose waits vary it waits there per_stream × the other clients' requests
-        in flight, times its own draw (hastune.sim.frontend.stream_waits), before the
-        engine sees it; a serial one takes it as SerialFrontEnd says (slack: `done`'s life)."""
+    def next_after(self, t: float, done: int = -1) -> tuple[float, int] | None:
+        """Closed loop: request `done` completed at t, so its client sends the next one, which
+        the engine sees when the front end has passed it on (RunFrontEnd.seen_next)."""
         if self.issued >= self.n:
             return None
         r = self.issued
         self.issued += 1
         ta = t + self.think
-        if self.fe is not None:
+        if self.front.delays is not None:
             self.sent[r] = ta  # type: ignore[index]
             if self.queued is not None:  # queued at the completion before this one
                 self.sent[r], self.queued = min(ta, self.queued + self.think), t  # type: ignore
-            ta = self.serial.take(r, ta, t - self.times[done]) if self.serial else ta
-            ta += self.fe[r]
-            if self.waits is not None:
-                ta += per_stream * (self.clients - 1) * self.waits[r]
+            ta = self.front.seen_next(r, ta, self.clients, t - self.times[done])
         self.times[r] = ta
         return ta, r
 
@@ -206,18 +183,16 @@ class EventLoop:
     counts the pre-computed arrivals seen so far."""
 
     __slots__ = ("heap", "seq", "arr", "n_open", "feed", "closed", "arrived", "t", "popped",
-                 "watcher", "stopped", "sent", "per_stream")
+                 "watcher", "stopped", "sent", "front")
 
     def __init__(self, reqs: RequestSet, rate: float, closed_loop: bool = True,
                  streams: int = 1):
         self.heap: list[tuple] = []
         self.seq = count()
-        fe = reqs.frontend  # the front end's wait per request in flight, divided by the
-        # instances that stream tokens (`streams`: each has its own front end)
-        self.per_stream = fe.per_stream_s / max(1, streams) if fe is not None else 0.0
         if closed_loop:
             feed = Arrivals(reqs, rate, streams)
             self.feed: Arrivals | None = feed
+            self.front = feed.front
             self.closed = feed.closed
             self.arr = feed.times
             self.n_open = feed.initial()
@@ -228,6 +203,7 @@ class EventLoop:
                                          None))
         else:
             self.feed = None
+            self.front = RunFrontEnd(reqs, streams)
             self.closed = False
             self.arr, self.sent = open_arrivals(reqs, rate, streams)
             self.n_open = len(self.arr)
@@ -253,7 +229,7 @@ class EventLoop:
         """Request r completed (or was rejected) at t: in closed loop its client sends its
         next request, an ARRIVE event on the heap."""
         if self.closed:
-            nxt = self.feed.next_after(t, self.per_stream, r)  # type: ignore[union-attr]
+            nxt = self.feed.next_after(t, r)  # type: ignore[union-attr]
             if nxt is not None:
                 heappush(self.heap, (nxt[0], PRIO_ARRIVE, next(self.seq), ARRIVE, nxt[1], None))
 
@@ -337,9 +313,7 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
     else:
         finish = tl
     ttft, tpot = latencies(a, tf, tl, outs, rejected)
-    if loop.per_stream > 0 and n and (feed is None or feed.waits is None):  # the front end's
-        # wait behind the streams it serves (one that varies: in the arrivals, next_after)
-        ttft = ttft + loop.per_stream * in_flight_at(a, tl)
+    ttft = loop.front.after(ttft, a, tl)  # the front end's wait behind its streams
     if loop.closed and feed is not None:  # closed loop: warm-up to its steady state
         w = max(w, steady_start(ttft, feed.clients) if feed.steady and not loop.stopped
                 else min(2 * feed.clients, n // 2))  # stopped early, or a benchmark's mean

@@ -1,5 +1,10 @@
 """The engine's front end in a simulated run (hastune.engine_terms.FrontEnd): when the engine
 sees a request its client sent, and how many requests were in flight when it was sent.
+`RunFrontEnd` is one run's: every delay a request takes outside the GPU, before it (fixed and
+per prompt token, its wait behind the other streams where that wait varies, the serial
+streaming server) and after it (the per-stream wait added to TTFT where it does not vary).
+The clients that send the requests are hastune.sim.common.Arrivals'; the front end's time per
+output token delivered is the paged nodg run's (hastune.sim.nodg.paged.Delivery).
 
 The front end's wait behind the other streams (`per_stream_s` for each request in flight) is
 added to the TTFT afterwards, counted from the run (`in_flight_at`) — unless it varies
@@ -53,6 +58,55 @@ def open_arrivals(reqs: RequestSet, rate: float, streams: int = 1
         return seen.tolist(), sent
     life = float(reqs.life_s)  # in the order sent, so the times taken stay in order
     return [serial.take(i, t, life) for i, t in enumerate(seen.tolist())], sent
+
+
+class RunFrontEnd:
+    """One run's front end, from the request set's terms (`reqs.frontend`; off: nothing).
+    `streams`: the instances that stream tokens, each with its own front end. In closed loop
+    it holds each request's delay before the engine (`delays`), its wait behind the other
+    streams in units of its mean where that varies (`waits`) and the serial streaming server
+    (`serial`); open loop computes the engine's arrivals at once (`open_arrivals`)."""
+
+    __slots__ = ("terms", "per_stream", "delays", "waits", "serial")
+
+    def __init__(self, reqs: RequestSet, streams: int = 1, closed: bool = False):
+        f = self.terms = reqs.frontend
+        # the wait per request in flight, over the instances that stream tokens
+        self.per_stream = f.per_stream_s / max(1, streams) if f is not None else 0.0
+        self.delays: list[float] | None = None
+        self.waits: list[float] | None = None
+        self.serial = SerialFrontEnd.of(reqs, streams) if closed else None
+        if closed and f is not None and not f.off:
+            self.delays = frontend_delays(reqs)
+            if f.spread > 0:  # waits behind the other streams that vary (`seen_next`)
+                self.waits = stream_waits(reqs, f.spread)
+
+    def seen_first(self, i: int, t: float, clients: int) -> float:
+        """Closed loop: when the engine sees client i's first request, sent at t. Where waits
+        vary they are taken as if the other clients' streams ran: the warm-up rounds start
+        spread, not as one clump."""
+        f = self.terms
+        w = f.per_stream_s * (clients - 1) if self.waits is not None else 0.0  # type: ignore
+        t0 = self.serial.take(i, t) if self.serial else t
+        return t0 + self.delays[i] + (w * self.waits[i] if w else 0.0)  # type: ignore[index]
+
+    def seen_next(self, r: int, t: float, clients: int, slack: float) -> float:
+        """Closed loop: when the engine sees request r sent at t — the serial server takes it
+        as SerialFrontEnd says (`slack`: the lifetime of the request whose completion sent
+        it), then its delay, and where waits vary per_stream × the other clients' requests
+        in flight × its own draw."""
+        t = self.serial.take(r, t, slack) if self.serial else t
+        t += self.delays[r]  # type: ignore[index]
+        if self.waits is not None:
+            t += self.per_stream * (clients - 1) * self.waits[r]
+        return t
+
+    def after(self, ttft: np.ndarray, sent: np.ndarray, finish: np.ndarray) -> np.ndarray:
+        """TTFT with the front end's wait behind the streams it serves, per request in flight
+        when it was sent (one that varies was taken before the engine saw it)."""
+        if self.per_stream > 0 and len(sent) and self.waits is None:
+            return ttft + self.per_stream * in_flight_at(sent, finish)
+        return ttft
 
 
 def in_flight_at(sent: np.ndarray, finish: np.ndarray) -> np.ndarray:
