@@ -7,6 +7,7 @@ simulated, tuned and refused by the engine like the shipped ones."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import textwrap
@@ -64,22 +65,46 @@ SPACE = {"architecture": "whole", "budget": "exact",
          "params": {"tp": [1, 2], "pp": [1], "replicas": {"low": 1}}}
 
 
-@pytest.fixture
-def whole(tmp_path, monkeypatch):
-    pkg = tmp_path / "plugin_archs"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "whole.py").write_text(textwrap.dedent(MODULE))        # one module
-    (tmp_path / "whole.yaml").write_text(yaml.safe_dump(SPACE))   # one search space
+@contextlib.contextmanager
+def plugged(tmp_path, monkeypatch, files: dict[str, str], module: str):
+    """`files` (path → text) written under tmp_path, importable, and `module`'s ARCH
+    registered (the line MODULES would hold); the registry and sys.modules as before after."""
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(textwrap.dedent(text))
     monkeypatch.syspath_prepend(str(tmp_path))
     before = dict(archs.ARCHITECTURES)
-    archs.register(importlib.import_module("plugin_archs.whole").ARCH)  # one registry line
-    yield tmp_path
-    archs.ARCHITECTURES.clear()
-    archs.ARCHITECTURES.update(before)
-    archs.NAMES = tuple(before)
-    for m in ("plugin_archs.whole", "plugin_archs"):
-        sys.modules.pop(m, None)
+    archs.register(importlib.import_module(module).ARCH)
+    try:
+        yield tmp_path
+    finally:
+        archs.ARCHITECTURES.clear()
+        archs.ARCHITECTURES.update(before)
+        archs.NAMES = tuple(before)
+        tops = tuple({rel.split("/")[0] for rel in files if "/" in rel})
+        for m in [m for m in sys.modules if m.startswith(tops)]:
+            sys.modules.pop(m, None)
+
+
+@pytest.fixture
+def whole(tmp_path, monkeypatch):
+    files = {"plugin_archs/__init__.py": "", "plugin_archs/whole.py": MODULE,  # one module
+             "whole.yaml": yaml.safe_dump(SPACE)}                               # one space
+    with plugged(tmp_path, monkeypatch, files, "plugin_archs.whole") as d:     # one line
+        yield d
+
+
+def prunes_and_tunes(rec, ev, space, name: str, out) -> None:
+    """Pruning keeps some of `space` (all of architecture `name`) and a 2-trial tune evaluates
+    only `name`'s configurations."""
+    rep = prune(rec, ev.profile, ev.requests, space, evaluate=lambda c: ev.goodput(c).goodput_rps)
+    assert rep.kept and all(c.config.architecture == name for c in rep.kept)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    tuner = Tuner(rec, TuneOptions(trials=2, out=str(out), storage="memory"))
+    study = tuner.open_study()
+    tuner.work(study)
+    assert {parse_config(yaml.safe_load(t.user_attrs["key"])).architecture
+            for t in evaluated_trials(study)} == {name}
 
 
 def _recipe(tmp_path):
@@ -106,15 +131,7 @@ def test_a_new_architecture_is_one_module_one_space_one_line(whole):
     nodg = parse_config({"architecture": "nodg", "tp": 1, "replicas": 4, "chunk_tokens": None})
     assert ev.goodput(cfg).goodput_rps == ev.goodput(nodg).goodput_rps > 0
 
-    rep = prune(rec, ev.profile, ev.requests, space, evaluate=lambda c: ev.goodput(c).goodput_rps)
-    assert rep.kept and all(c.config.architecture == "whole" for c in rep.kept)
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    tuner = Tuner(rec, TuneOptions(trials=2, out=str(whole / "out"), storage="memory"))
-    study = tuner.open_study()
-    tuner.work(study)
-    assert {parse_config(yaml.safe_load(t.user_attrs["key"])).architecture
-            for t in evaluated_trials(study)} == {"whole"}
+    prunes_and_tunes(rec, ev, space, "whole", whole / "out")
 
     with pytest.raises(InputError, match="does not run whole"):
         make_evaluator("real", rec).check(cfg)

@@ -13,29 +13,22 @@ for goodput, tuned, exported, caveated and refused by the engine like the shippe
 
 from __future__ import annotations
 
-import importlib
-import sys
-import textwrap
-
 import numpy as np
-import optuna
 import pytest
 import yaml
 
-from hastune import archs
 from hastune.caveats import caveats
 from hastune.config import parse_config
 from hastune.errors import InputError
 from hastune.evaluators import make_evaluator
 from hastune.evaluators.sim import Evaluation
 from hastune.export import export
-from hastune.prune import prune
 from hastune.recipe import load_recipe
 from hastune.sim.frontend import frontend_delays, in_flight_at
 from hastune.space import load_space
-from hastune.tune.runner import TuneOptions, Tuner, evaluated_trials
 from tests.conftest import EXAMPLES, QUICK
 from tests.export.test_flags import target_for
+from tests.test_new_architecture import plugged, prunes_and_tunes
 
 ARCH_MODULE = '''
 """`fifo` — replicas that serve one request at a time, first come first served."""
@@ -142,18 +135,8 @@ def fifo(tmp_path, monkeypatch):
     files = {"plugin_archs/__init__.py": "", "plugin_archs/fifo.py": ARCH_MODULE,
              "plugin_sims/__init__.py": "", "plugin_sims/fifo/__init__.py": SIM_FACE,
              "plugin_sims/fifo/run.py": SIM_RUN, "fifo.yaml": yaml.safe_dump(SPACE)}
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(textwrap.dedent(text))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    before = dict(archs.ARCHITECTURES)
-    archs.register(importlib.import_module("plugin_archs.fifo").ARCH)  # the registry line
-    yield tmp_path
-    archs.ARCHITECTURES.clear()
-    archs.ARCHITECTURES.update(before)
-    archs.NAMES = tuple(before)
-    for m in [m for m in sys.modules if m.startswith(("plugin_archs", "plugin_sims"))]:
-        sys.modules.pop(m, None)
+    with plugged(tmp_path, monkeypatch, files, "plugin_archs.fifo") as d:  # the registry line
+        yield d
 
 
 def _recipe(tmp_path, requests=300):
@@ -201,16 +184,7 @@ def test_a_simulator_of_its_own_is_four_files_and_one_line(fifo):
     two = ev.goodput(parse_config({"architecture": "fifo", "tp": 1, "replicas": 2}))
     assert two.goodput_rps <= g.goodput_rps  # half the replicas never sustain more
 
-    rep = prune(rec, ev.profile, ev.requests, load_space(fifo / "fifo.yaml"),
-                evaluate=lambda c: ev.goodput(c).goodput_rps)
-    assert rep.kept and all(c.config.architecture == "fifo" for c in rep.kept)
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    tuner = Tuner(rec, TuneOptions(trials=2, out=str(fifo / "out"), storage="memory"))
-    study = tuner.open_study()
-    tuner.work(study)
-    assert {parse_config(yaml.safe_load(t.user_attrs["key"])).architecture
-            for t in evaluated_trials(study)} == {"fifo"}
+    prunes_and_tunes(rec, ev, load_space(fifo / "fifo.yaml"), "fifo", fifo / "out")
 
     res = export(cfg, target_for(cfg), "sglang", fifo / "sglang")
     assert res.written and [i.role for i in res.plan.instances] == ["replica"] * 4
