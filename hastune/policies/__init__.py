@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hastune.policies.admission import Admission, SlackTracker, Verdict
+from hastune.policies.batch_wait import BatchWait
 from hastune.policies.batcher import PoissonGapBatcher, TimeoutBatcher, poisson_gap_kappa
 from hastune.policies.encode import EncodePolicies, epd_policies, policies_for, static_policies
 from hastune.policies.iteration import IterationScheduler, Prompt
@@ -13,6 +14,7 @@ from hastune.policies.router import DeficitRouter, LeastInFlight
 
 __all__ = [
     "Admission",
+    "BatchWait",
     "DeficitRouter",
     "EncodePolicies",
     "GROW",

@@ -32,7 +32,7 @@ class Planner:
         if sched.waiting:
             sched.admit(nd, d.reserved)
         pf = sched.prefilling
-        if pf and self.wait_iters and self.waits(rp, k, nd):
+        if pf and self.batch_wait is not None and self.waits(rp, k, nd):
             return
         if pf:
             if self.solo_ok and len(pf) == 1 and nd < sched.chunk:
@@ -74,32 +74,16 @@ class Planner:
             rp.busy_s += t - rp.busy_since
 
     def waits(self, rp: Replica, k: int, n: int) -> bool:
-        """TensorRT-LLM's batch waiting (PyExecutor._waiting_requests): while n > 0 requests
-        decode, prompts not yet started stay out of the next iterations until the tokens it
-        would carry (theirs, within the budget, and one per decoding request) reach
-        `wait_tokens`, or `wait_iters` iterations have passed since they began to wait. If
-        they wait, decode alone up to the end of the wait or the next finish (an arrival
-        before it plans again at its step boundary) and True."""
+        """TensorRT-LLM's batch waiting (hastune.policies.BatchWait) beside n decoding
+        requests: if the prompts not yet started wait, decode alone up to the end of the wait
+        or the next finish (an arrival before it plans again at its step boundary) and
+        True."""
         sched, d = rp.sched, rp.dec
-        pf = sched.prefilling
-        if n == 0 or pf[0].done > 0:
-            rp.wait_from = -1
+        w = rp.wait_from = self.batch_wait.since(sched.prefilling, sched.chunk, n, d.step,
+                                                 rp.wait_from)
+        if w < 0:
             return False
-        room = sched.chunk - n
-        tokens = 0.0
-        for p in pf:
-            tokens += p.total - p.done
-            if tokens >= room:
-                break
-        if (tokens if tokens < room else room) + n >= self.wait_tokens:
-            rp.wait_from = -1
-            return False
-        if rp.wait_from < 0:
-            rp.wait_from = d.step
-        end = rp.wait_from + self.wait_iters
-        if d.step >= end:
-            rp.wait_from = -1
-            return False
+        end = w + self.batch_wait.iters
         sf = d.running[0][0]
         s = end if end < sf else sf
         v = rp.ver = rp.ver + 1

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hastune.policies import IterationScheduler, LeastInFlight
+from hastune.policies import BatchWait, IterationScheduler, LeastInFlight
 from hastune.sim.common import ARRIVE, EventLoop, build_result, request_lists
 from hastune.sim.events import PRIO_DONE, PRIO_TIMER, SimulationError
 from hastune.sim.instance import InstanceTiming, ReplicaDecode
@@ -83,9 +83,8 @@ class Run(Planner):
         # TensorRT-LLM's batch waiting (Profile.batch_wait; Planner.waits): prompts are held
         # beside decoding, so every iteration is planned as it starts
         iters, ratio = sim.profile.batch_wait
-        self.wait_iters = iters if self.chunked else 0
-        self.wait_tokens = ratio * (chunk or 0)
-        waits = self.wait_iters > 0
+        waits = self.chunked and iters > 0
+        self.batch_wait = BatchWait(iters, ratio * chunk) if waits else None
         self.runs = self.chunked and self.ahead and not waits  # chunk_run
         self.solo_ok = self.runs and not mm  # plan: solo
         for tm in sim.timings:
