@@ -65,7 +65,7 @@ FRONTEND_QUEUED = {("trtllm", "h100-80gb")}
 # tokens an instance can deliver per second have a ceiling whatever its TP. The measured runs
 # at 512 clients sit on it: 14–20k tokens/s on TP 2, 4 and 8 alike (8B), while the engine's
 # kernels would give up to 23k; the tokens queue there, the first token too, and in closed
-# loop the engine holds fewer requests (hastune.sim.nodg.paged.Delivery). Chosen by a scan
+# loop the engine holds fewer requests (hastune.sim.frontend.Delivery). Chosen by a scan
 # on silicon_llama31.csv (docs/fidelity.md), not by the fit.
 FRONTEND_TOKEN_S = {"sglang": (50e-6, 15e-9)}  # (per token, per token its request made before)
 # STREAM_TOKEN_S, by engine: the API server's time per output token it streams (FrontEnd.
@@ -108,7 +108,7 @@ class FrontEnd:
     stream_token_s: float = 0.0
     # the front end's time per output token it streams to a client, served in order by one
     # process per instance: a token reaches its client when the process is through the tokens
-    # before it (FRONTEND_TOKEN_S; hastune.sim.nodg.paged.Delivery)
+    # before it (FRONTEND_TOKEN_S; hastune.sim.frontend.Delivery)
     per_output_token_s: float = 0.0
     # and per token its request has made before: each chunk carries the request's whole
     # output so far (SGLang with stream_output off, its default: the ids copied, the text)

@@ -59,9 +59,11 @@ class Arrivals:
     __slots__ = ("closed", "clients", "think", "issued", "n", "times", "sent", "front",
                  "queued", "steady")
 
-    def __init__(self, reqs: RequestSet, rate: float, streams: int = 1):
+    def __init__(self, reqs: RequestSet, rate: float, streams: int = 1,
+                 closed_loop: bool = True):
         self.n = len(reqs)
-        self.closed, self.steady = reqs.think_s is not None, reqs.steady
+        self.closed = closed_loop and reqs.think_s is not None
+        self.steady = reqs.steady
         f = reqs.frontend
         self.front = front = RunFrontEnd(reqs, streams, self.closed)
         self.queued: float | None = None  # FrontEnd.queued: the last completion so far
@@ -166,9 +168,12 @@ class Watcher:
 
 class EventLoop:
     """One run's event heap of (time, priority, sequence, kind, a, b) tuples (the order of
-    hastune.sim.events), merged with the run's arrivals `arr` (an `Arrivals`' times; with
-    `closed_loop=False`, `reqs.arrivals(rate)` whatever the request set says, for simulators
-    that model open loop only). The first `n_open` arrivals never enter the heap:
+    hastune.sim.events), merged with the run's arrivals. Where requests come from is one
+    object, `feed` (an `Arrivals`: the clients, and the engine's front end between them and
+    the engine, `front`); the loop reads its times `arr` and, in closed loop, asks it for a
+    client's next request (`finished`). With `closed_loop=False` the arrivals are open loop
+    whatever the request set says, for simulators that model open loop only; the stop rule is
+    the loop's own (`watch`). The first `n_open` arrivals never enter the heap:
     `events(arrive)` yields the heap's events in order and calls `arrive(r, t)` for each of
     them where it comes first — before the heap's next event, or at the same time when that
     event's priority is PRIO_ARRIVE or later. Closed-loop arrivals after those come through the
@@ -189,24 +194,15 @@ class EventLoop:
                  streams: int = 1):
         self.heap: list[tuple] = []
         self.seq = count()
-        if closed_loop:
-            feed = Arrivals(reqs, rate, streams)
-            self.feed: Arrivals | None = feed
-            self.front = feed.front
-            self.closed = feed.closed
-            self.arr = feed.times
-            self.n_open = feed.initial()
-            self.sent = feed.sent
-            if feed.closed and feed.sent is not None:  # the clients' first requests
-                for i in range(feed.clients):
-                    heappush(self.heap, (self.arr[i], PRIO_ARRIVE, next(self.seq), ARRIVE, i,
-                                         None))
-        else:
-            self.feed = None
-            self.front = RunFrontEnd(reqs, streams)
-            self.closed = False
-            self.arr, self.sent = open_arrivals(reqs, rate, streams)
-            self.n_open = len(self.arr)
+        self.feed = feed = Arrivals(reqs, rate, streams, closed_loop)
+        self.front = feed.front
+        self.closed = feed.closed
+        self.arr = feed.times
+        self.sent = feed.sent
+        self.n_open = feed.initial()
+        if feed.closed and feed.sent is not None:  # the clients' first requests
+            for i in range(feed.clients):
+                heappush(self.heap, (self.arr[i], PRIO_ARRIVE, next(self.seq), ARRIVE, i, None))
         self.arrived = 0
         self.t = 0.0
         self.popped = 0
@@ -229,7 +225,7 @@ class EventLoop:
         """Request r completed (or was rejected) at t: in closed loop its client sends its
         next request, an ARRIVE event on the heap."""
         if self.closed:
-            nxt = self.feed.next_after(t, r)  # type: ignore[union-attr]
+            nxt = self.feed.next_after(t, r)
             if nxt is not None:
                 heappush(self.heap, (nxt[0], PRIO_ARRIVE, next(self.seq), ARRIVE, nxt[1], None))
 
@@ -314,7 +310,7 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
         finish = tl
     ttft, tpot = latencies(a, tf, tl, outs, rejected)
     ttft = loop.front.after(ttft, a, tl)  # the front end's wait behind its streams
-    if loop.closed and feed is not None:  # closed loop: warm-up to its steady state
+    if loop.closed:  # closed loop: warm-up to its steady state
         w = max(w, steady_start(ttft, feed.clients) if feed.steady and not loop.stopped
                 else min(2 * feed.clients, n // 2))  # stopped early, or a benchmark's mean
     # throughput while requests were still arriving (in closed loop: while every client was

@@ -3,8 +3,9 @@ sees a request its client sent, and how many requests were in flight when it was
 `RunFrontEnd` is one run's: every delay a request takes outside the GPU, before it (fixed and
 per prompt token, its wait behind the other streams where that wait varies, the serial
 streaming server) and after it (the per-stream wait added to TTFT where it does not vary).
-The clients that send the requests are hastune.sim.common.Arrivals'; the front end's time per
-output token delivered is the paged nodg run's (hastune.sim.nodg.paged.Delivery).
+and its time per output token it passes on to the clients (`Delivery`, one process per
+instance, where the terms give one: the paged nodg run's tokens go through it). The clients
+that send the requests are hastune.sim.common.Arrivals'.
 
 The front end's wait behind the other streams (`per_stream_s` for each request in flight) is
 added to the TTFT afterwards, counted from the run (`in_flight_at`) — unless it varies
@@ -101,12 +102,54 @@ class RunFrontEnd:
             t += self.per_stream * (clients - 1) * self.waits[r]
         return t
 
+    @property
+    def delivers(self) -> bool:
+        """Whether tokens cost the front end time to pass on (`Delivery`)."""
+        f = self.terms
+        return f is not None and (f.per_output_token_s > 0 or f.per_made_token_s > 0)
+
+    def delivery(self) -> Delivery | None:
+        """A new instance's token-passing process, None where tokens cost nothing."""
+        if not self.delivers:
+            return None
+        f = self.terms
+        return Delivery(f.per_output_token_s, f.per_made_token_s)  # type: ignore[union-attr]
+
     def after(self, ttft: np.ndarray, sent: np.ndarray, finish: np.ndarray) -> np.ndarray:
         """TTFT with the front end's wait behind the streams it serves, per request in flight
         when it was sent (one that varies was taken before the engine saw it)."""
         if self.per_stream > 0 and len(sent) and self.waits is None:
             return ttft + self.per_stream * in_flight_at(sent, finish)
         return ttft
+
+
+class Delivery:
+    """The front end's process that passes one replica's tokens on to their clients, in the
+    order made: `cost` seconds a token, and `per_made` more for every token its request has
+    made before (the front end hands each chunk its request's whole output so far): `free`
+    is when it is through all it has been given."""
+
+    __slots__ = ("cost", "per_made", "free")
+
+    def __init__(self, cost: float, per_made: float = 0.0):
+        self.cost = cost
+        self.per_made = per_made
+        self.free = 0.0
+
+    def stretch(self, t0: float, t1: float, n: int, m: int, made: float) -> float:
+        """m decode steps of n tokens each from t0 to t1, their requests having made `made`
+        tokens together before the first (their tokens come at each step's end); when the
+        last step's tokens reach their clients."""
+        c, g = self.cost * n, self.per_made
+        work = c * m + g * (m * made + n * m * (m - 1) * 0.5)
+        last = c + g * (made + n * (m - 1))
+        self.free = max(max(self.free, t0) + work, t1 + last)
+        return self.free
+
+    def one(self, t: float) -> float:
+        """One token made at t (a prompt's first); when it reaches its client."""
+        self.free = max(self.free, t) + self.cost
+        return self.free
 
 
 def in_flight_at(sent: np.ndarray, finish: np.ndarray) -> np.ndarray:

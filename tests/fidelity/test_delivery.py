@@ -1,5 +1,5 @@
 """The front end that passes tokens on at a cost per token (SGLang's tokenizer manager:
-hastune.engine_terms.FRONTEND_TOKEN_S, hastune.sim.nodg.paged.Delivery)."""
+hastune.engine_terms.FRONTEND_TOKEN_S, hastune.sim.frontend.Delivery)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
 from hastune.fidelity import fit as F
 from hastune.profile import load_profile
+from hastune.sim.frontend import Delivery
 from hastune.sim.nodg import NoDGSimulator
-from hastune.sim.nodg.paged import Delivery
 from hastune.workload import RequestSet
 
 ROOT = Path(__file__).resolve().parents[2]

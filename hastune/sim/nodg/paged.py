@@ -14,7 +14,8 @@ batch's context) and decode stretches that end at the step where KV would run ou
 
 With a front end that streams tokens at a cost per token (FrontEnd.per_output_token_s:
 SGLang's tokenizer manager, hastune.engine_terms.FRONTEND_TOKEN_S), every token the engine
-makes passes through one process per replica in order (`Delivery`): a request's first and
+makes passes through one process per replica in order (hastune.sim.frontend.Delivery): a
+request's first and
 last tokens reach the client when that process is through them, and in closed loop the client
 sends its next request then. Where the engine makes tokens faster than the process can pass
 them on, they queue there and the engine holds fewer requests."""
@@ -25,35 +26,6 @@ from hastune.policies import Prompt
 from hastune.sim.decode_paged import pop_newest
 from hastune.sim.instance import ReplicaDecode
 from hastune.sim.nodg.run import Run
-
-
-class Delivery:
-    """The front end's process that passes one replica's tokens on to their clients, in the
-    order made: `cost` seconds a token, and `per_made` more for every token its request has
-    made before (the front end hands each chunk its request's whole output so far): `free`
-    is when it is through all it has been given."""
-
-    __slots__ = ("cost", "per_made", "free")
-
-    def __init__(self, cost: float, per_made: float = 0.0):
-        self.cost = cost
-        self.per_made = per_made
-        self.free = 0.0
-
-    def stretch(self, t0: float, t1: float, n: int, m: int, made: float) -> float:
-        """m decode steps of n tokens each from t0 to t1, their requests having made `made`
-        tokens together before the first (their tokens come at each step's end); when the
-        last step's tokens reach their clients."""
-        c, g = self.cost * n, self.per_made
-        work = c * m + g * (m * made + n * m * (m - 1) * 0.5)
-        last = c + g * (made + n * (m - 1))
-        self.free = max(max(self.free, t0) + work, t1 + last)
-        return self.free
-
-    def one(self, t: float) -> float:
-        """One token made at t (a prompt's first); when it reaches its client."""
-        self.free = max(self.free, t) + self.cost
-        return self.free
 
 
 class PagedDecode(ReplicaDecode):
@@ -108,14 +80,12 @@ class PagedRun(Run):
 
     def __init__(self, sim, reqs, rate: float):
         super().__init__(sim, reqs, rate)
-        fe = reqs.frontend
-        cost = fe.per_output_token_s if fe is not None else 0.0
-        per_made = fe.per_made_token_s if fe is not None else 0.0
-        self.deliver = cost > 0 or per_made > 0
+        front = self.loop.front
+        self.deliver = front.delivers
         for rp in self.reps:
             d = PagedDecode(rp.tm.decode, rp.tm.first_gpu)
             d.sched = rp.sched
-            d.deliver = Delivery(cost, per_made) if self.deliver else None
+            d.deliver = front.delivery()
             d.prompts = 0.0
             d.pre = self.pre_tok
             rp.dec = d
