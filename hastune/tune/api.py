@@ -153,9 +153,9 @@ def _conclude(tuner: Tuner, summary: dict, final: Any, base: dict | None,
         if key in desc:
             summary[key] = desc[key]
     if summary["best_config"]:  # the simulator's (hastune.caveats); none for a measured one
-        summary["caveats"] = tuner.simulation.caveats(parse_config(summary["best_config"]),
-                                              summary["goodput_rps"],
-                                              final.best_run if final is not None else None)
+        summary["caveats"] = tuner.simulation.caveats(
+            parse_config(summary["best_config"]), summary["goodput_rps"],
+            final.best_run if final is not None else None)
     code = 0 if summary["meets_slo"] else EXIT_NO_CONFIG
     if base is not None:
         prev = float(base.get("goodput_rps", 0.0))
