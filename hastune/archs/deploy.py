@@ -58,8 +58,3 @@ class Deployment:
     blocking: list[str] = field(default_factory=list)   # what makes it inexpressible
     closest: list[str] = field(default_factory=list)    # what the closest deployment changed
     closest_config: dict[str, Any] | None = None        # it as a hastune config
-
-
-def knobs(d: dict[str, Any]) -> dict[str, Any]:
-    """A config dump as the fields of another config (without `kind` and `name`)."""
-    return {k: v for k, v in d.items() if k not in ("kind", "name")}

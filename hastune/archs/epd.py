@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from hastune.archs.deploy import Deployment, Pool, Topology, knobs
+from hastune.archs.deploy import Deployment, Pool, Topology
 from hastune.archs.epd_family import EncodePrefillDecode, PoolsConfig, pool_tp
 from hastune.cluster import MAX_GPUS
 
@@ -95,7 +95,7 @@ class EPD(EncodePrefillDecode):
                               encode_batch=cfg.B)
         if cfg.n_P > 0 and s >= 0.5:
             dep = super().deployment(cfg, gpus_per_node, closest)
-            dep.closest_config = {**knobs(cfg.model_dump()), "s": 1.0}
+            dep.closest_config = {**cfg.model_dump(exclude={"kind", "name"}), "s": 1.0}
             dep.closest = [f"s = {s:g} -> 1: every prefill goes to the {cfg.n_P} remote "
                            f"prefill instances; the {cfg.n_E} encode instances only encode"]
         else:

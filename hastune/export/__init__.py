@@ -189,7 +189,7 @@ def _runners_plan(cfg: ConfigBase, p: Plan) -> Plan:
         archs.get(cfg.architecture).engine_check(cfg)
     except InputError as exc:
         return Plan(p.topology, [], blocking=[f"hastune's engine (runners/): {exc.problem}"])
-    return Plan(p.topology, p.instances, notes=[
+    return Plan(p.topology, p.pools, instances=p.instances, notes=[
         "runners/ is hastune's own engine: it runs the reference model (ref-small unless "
         "--model), not the target model; use it to check the architecture, not to serve the "
         "target"])

@@ -9,12 +9,11 @@ GPUs, nodes and ports.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
 
 from hastune import archs
 from hastune.archs.base import ConfigBase
-from hastune.archs.deploy import ROLES, Pool, Role, Topology
+from hastune.archs.deploy import ROLES, Deployment, Pool, Role
 
 ROUTER_PORT = 8000
 BASE_PORT = {"encode": 8100, "prefill": 8200, "decode": 8300, "replica": 8400}
@@ -39,16 +38,10 @@ class Instance:
 
 
 @dataclass
-class Plan:
-    topology: Topology
-    instances: list[Instance]
-    chunk_tokens: int | None = None        # token budget per iteration (None: no chunking)
-    chunked: bool | None = None            # None: the engine's default
-    encode_batch: int | None = None        # encode servers' most concurrent requests
-    notes: list[str] = field(default_factory=list)      # knobs the engine does not take
-    blocking: list[str] = field(default_factory=list)   # what makes it inexpressible
-    closest: list[str] = field(default_factory=list)    # what --closest changed
-    closest_config: dict[str, Any] | None = None        # it as a hastune config (to evaluate)
+class Plan(Deployment):
+    """A deployment with its pools' instances placed (`instances`, on `nodes` nodes)."""
+
+    instances: list[Instance] = field(default_factory=list)
     nodes: int = 1
 
     def role(self, role: Role) -> list[Instance]:
@@ -77,9 +70,8 @@ def _layout(pools: list[Pool], gpus_per_node: int) -> list[Instance]:
 
 def plan(cfg: ConfigBase, gpus_per_node: int = 8, closest: bool = False) -> Plan:
     dep = archs.of(cfg).deployment(cfg, gpus_per_node, closest)
-    p = Plan(dep.topology, _layout(dep.pools, gpus_per_node), chunk_tokens=dep.chunk_tokens,
-             chunked=dep.chunked, encode_batch=dep.encode_batch, notes=dep.notes,
-             blocking=dep.blocking, closest=dep.closest, closest_config=dep.closest_config)
+    p = Plan(**{f.name: getattr(dep, f.name) for f in fields(dep)},
+             instances=_layout(dep.pools, gpus_per_node))
     p.nodes = 1 + max((i.node for i in p.instances), default=0)
     wide = [i for i in p.instances if i.tp * i.pp > gpus_per_node]
     if wide:
