@@ -64,12 +64,11 @@ class Arrivals:
         self.n = len(reqs)
         self.closed = closed_loop and reqs.think_s is not None
         self.steady = reqs.steady
-        f = reqs.frontend
         self.front = front = RunFrontEnd(reqs, streams, self.closed)
         self.queued: float | None = None  # FrontEnd.queued: the last completion so far
         self.sent: list[float] | None = None
         if self.closed:
-            if front.delays is not None and f.queued:  # type: ignore[union-attr]
+            if front.delays is not None and front.terms.queued:  # type: ignore[union-attr]
                 self.queued = 0.0
             self.clients = max(1, min(self.n, int(round(rate))))
             self.think = float(reqs.think_s)  # type: ignore[arg-type]
@@ -170,7 +169,7 @@ class EventLoop:
     """One run's event heap of (time, priority, sequence, kind, a, b) tuples (the order of
     hastune.sim.events), merged with the run's arrivals. Where requests come from is one
     object, `feed` (an `Arrivals`: the clients, and the engine's front end between them and
-    the engine, `front`); the loop reads its times `arr` and, in closed loop, asks it for a
+    the engine, `feed.front`); the loop reads its times `arr` and, in closed loop, asks it for a
     client's next request (`finished`). With `closed_loop=False` the arrivals are open loop
     whatever the request set says, for simulators that model open loop only; the stop rule is
     the loop's own (`watch`). The first `n_open` arrivals never enter the heap:
@@ -188,14 +187,13 @@ class EventLoop:
     counts the pre-computed arrivals seen so far."""
 
     __slots__ = ("heap", "seq", "arr", "n_open", "feed", "closed", "arrived", "t", "popped",
-                 "watcher", "stopped", "sent", "front")
+                 "watcher", "stopped", "sent")
 
     def __init__(self, reqs: RequestSet, rate: float, closed_loop: bool = True,
                  streams: int = 1):
         self.heap: list[tuple] = []
         self.seq = count()
         self.feed = feed = Arrivals(reqs, rate, streams, closed_loop)
-        self.front = feed.front
         self.closed = feed.closed
         self.arr = feed.times
         self.sent = feed.sent
@@ -309,7 +307,7 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
     else:
         finish = tl
     ttft, tpot = latencies(a, tf, tl, outs, rejected)
-    ttft = loop.front.after(ttft, a, tl)  # the front end's wait behind its streams
+    ttft = feed.front.after(ttft, a, tl)  # the front end's wait behind its streams
     if loop.closed:  # closed loop: warm-up to its steady state
         w = max(w, steady_start(ttft, feed.clients) if feed.steady and not loop.stopped
                 else min(2 * feed.clients, n // 2))  # stopped early, or a benchmark's mean

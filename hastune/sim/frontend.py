@@ -2,10 +2,10 @@
 sees a request its client sent, and how many requests were in flight when it was sent.
 `RunFrontEnd` is one run's: every delay a request takes outside the GPU, before it (fixed and
 per prompt token, its wait behind the other streams where that wait varies, the serial
-streaming server) and after it (the per-stream wait added to TTFT where it does not vary).
-and its time per output token it passes on to the clients (`Delivery`, one process per
-instance, where the terms give one: the paged nodg run's tokens go through it). The clients
-that send the requests are hastune.sim.common.Arrivals'.
+streaming server) and after it (the per-stream wait added to TTFT where it does not vary,
+and the time per output token it takes to pass tokens on to the clients: `Delivery`, one
+process per instance where the terms give one; the paged nodg run's tokens go through it).
+The clients that send the requests are hastune.sim.common.Arrivals'.
 
 The front end's wait behind the other streams (`per_stream_s` for each request in flight) is
 added to the TTFT afterwards, counted from the run (`in_flight_at`) — unless it varies

@@ -15,10 +15,9 @@ batch's context) and decode stretches that end at the step where KV would run ou
 With a front end that streams tokens at a cost per token (FrontEnd.per_output_token_s:
 SGLang's tokenizer manager, hastune.engine_terms.FRONTEND_TOKEN_S), every token the engine
 makes passes through one process per replica in order (hastune.sim.frontend.Delivery): a
-request's first and
-last tokens reach the client when that process is through them, and in closed loop the client
-sends its next request then. Where the engine makes tokens faster than the process can pass
-them on, they queue there and the engine holds fewer requests."""
+request's first and last tokens reach the client when that process is through them, and in
+closed loop the client sends its next request then. Where the engine makes tokens faster than
+the process can pass them on, they queue there and the engine holds fewer requests."""
 
 from __future__ import annotations
 
@@ -80,7 +79,7 @@ class PagedRun(Run):
 
     def __init__(self, sim, reqs, rate: float):
         super().__init__(sim, reqs, rate)
-        front = self.loop.front
+        front = self.loop.feed.front
         self.deliver = front.delivers
         for rp in self.reps:
             d = PagedDecode(rp.tm.decode, rp.tm.first_gpu)
