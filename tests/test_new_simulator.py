@@ -101,7 +101,7 @@ class FifoSimulator:
         wall0 = time.perf_counter()
         loop = EventLoop(reqs, rate, streams=self.config.replicas)
         pre, _, out, _, t_first, t_last, rejected = request_lists(reqs)
-        loop.watch(self.stop_rule, t_first, t_last, out)
+        loop.watch(self.stop_rule, t_first, t_last, out, rejected)
         free = [0.0] * self.config.replicas
         spans = []  # (start, end) of each request's service
 

@@ -210,9 +210,32 @@ class Evaluation:
         return run
 
     def probe(self, sim: Simulator, rate: float) -> RunResult:
-        """One full probe: a run of probe_size(rate) requests, doubled while its verdict is not
-        settled, up to probe_cap(rate); the run returned carries its verdict."""
+        """One full probe: a run of probe_size(rate) requests, twice as long while its verdict
+        is not settled, up to probe_cap(rate); the run returned carries its verdict.
+
+        Open loop, the run is one run of probe_cap(rate) requests, continued: its first
+        probe_size(rate) requests are judged as soon as they have all left, and a settled
+        verdict ends it there (StopRule.windows); an unsettled one lets it go on to twice as
+        many, and so on — a longer probe extends the shorter one instead of starting again.
+        A window's last requests are then served beside the ones arriving after them (the
+        steady state goes on) rather than by a system emptying. Closed loop (and a simulator
+        without a stop rule) runs each length from the start."""
         n, cap = self.probe_size(rate), self.probe_cap(rate)
+        rule = sim.stop_rule
+        if rule is not None and n < cap and not self.closed:
+            windows = []
+            while n < cap:
+                windows.append(n)
+                n = min(2 * n, cap)
+            sim.stop_rule = dataclasses.replace(
+                rule, windows=tuple(windows),
+                judge=lambda run: self.judge(run, final=False).settled)
+            try:
+                run = self._run(sim, self.requests_at(rate, cap), rate)
+            finally:
+                sim.stop_rule = rule
+            run.verdict = stopped(run.extra) or self.judge(run, final=run.ttft.size >= cap)
+            return run
         while True:
             run = self._run(sim, self.requests_at(rate, n), rate)
             run.verdict = stopped(run.extra)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from itertools import count
 
@@ -118,7 +118,14 @@ class StopRule:
     the SLO, or decoding still and already slower than it. The failure must also be clear —
     at least `clear` times the allowed share of the requests arrived so far miss — so that a
     run failing only by a burst's worth of requests goes on, and the evaluator can see
-    whether a longer one would pass (hastune.stability: settled)."""
+    whether a longer one would pass (hastune.stability: settled).
+
+    `windows` (open loop): the run is one probe that may be lengthened — its first
+    windows[0] requests are judged as soon as they have all left, by `judge` (given the
+    RunResult of those requests: True when its verdict is settled); a settled window ends the
+    run there, an unsettled one lets it go on to the next window (and the stop rule counts
+    against that), and after the last the run ends with its last request. One run, continued,
+    instead of a run of each length from the start (hastune.evaluators.sim: probe)."""
 
     ttft_s: float
     tpot_s: float
@@ -126,40 +133,102 @@ class StopRule:
     union: bool            # attainment: a request missing either SLO counts once
     warmup: float
     clear: float = 3.0
+    windows: tuple[int, ...] = ()
+    judge: Callable[[RunResult], bool] | None = field(default=None, compare=False)
 
 
 class Watcher:
-    """Applies a StopRule to one run's request lists, every `every` arrivals."""
+    """Applies a StopRule to one run's request lists, every `every` arrivals, incrementally:
+    a request's flags (late: its first token later than the TTFT SLO, or none yet and older;
+    slow: its pace over the TPOT SLO, finished or still decoding) only ever turn on as time
+    goes, and are final once its tokens are known, so each check looks only at the requests
+    that arrived since the last one and those still undecided (`failed_reference` recomputes
+    every request each time: the same answers, tests/sim/test_events.py)."""
 
-    __slots__ = ("rule", "arr", "t_first", "t_last", "out", "w", "allowed", "every")
+    __slots__ = ("rule", "arr", "t_first", "t_last", "out", "w", "allowed", "every",
+                 "seen", "open", "late", "slow", "either", "n")
 
     def __init__(self, rule: StopRule, arr: list[float], t_first: list[float],
-                 t_last: list[float], out_tok: list[int]):
-        n = len(arr)
-        self.rule, self.arr = rule, np.asarray(arr, dtype=float)
-        self.t_first, self.t_last = t_first, t_last
-        self.out = np.asarray(out_tok, dtype=float)
-        self.w = int(rule.warmup * n)
-        self.allowed = (1.0 - rule.quantile) * (n - self.w) + 1.0
+                 t_last: list[float], out_tok: list[int], n: int | None = None):
+        self.rule, self.arr = rule, arr
+        self.t_first, self.t_last, self.out = t_first, t_last, out_tok
+        self.horizon(len(arr) if n is None else n)
+
+    def horizon(self, n: int) -> None:
+        """Judge the run as one of its first `n` requests (counts start again)."""
+        self.n = n
+        self.w = int(self.rule.warmup * n)
+        self.allowed = (1.0 - self.rule.quantile) * (n - self.w) + 1.0
         self.every = max(256, n // 64)
+        self.seen = self.w               # requests below this index are in `open` or decided
+        self.open: dict[int, int] = {}   # undecided request -> its flags so far (1 late, 2 slow)
+        self.late = self.slow = self.either = 0
 
     def failed(self, i: int, t: float) -> bool:
-        """Whether the requests arrived so far (i of them) already fail the run at time t."""
+        """Whether the requests arrived so far (i of them; at most the horizon's) already
+        fail the run at time t."""
+        i = min(i, self.n)
         w, rule = self.w, self.rule
         if i - w <= self.allowed:
             return False
         need = max(self.allowed, rule.clear * (1.0 - rule.quantile) * (i - w))
-        a = self.arr[w:i]
+        arr, tf_, tl_, out_ = self.arr, self.t_first, self.t_last, self.out
+        ttft_s, tpot_s = rule.ttft_s, rule.tpot_s
+        opened = self.open
+        for j in range(self.seen, i):
+            opened[j] = 0
+        self.seen = max(self.seen, i)
+        late, slow, either = self.late, self.slow, self.either
+        done = []
+        for j, flags in opened.items():
+            a, tf = arr[j], tf_[j]
+            new = flags
+            waiting = tf != tf
+            if not new & 1 and (t if waiting else tf) - a > ttft_s:
+                new |= 1
+            out = out_[j]
+            final_slow = out <= 1 or bool(new & 2)
+            if not final_slow and not waiting:
+                tl = tl_[j]
+                ended = tl == tl
+                if ((tl if ended else t) - tf) / max(out - 1.0, 1.0) > tpot_s:
+                    new |= 2
+                    final_slow = True
+                elif ended:
+                    final_slow = True
+            if new != flags:
+                late += (new & 1) > (flags & 1)
+                slow += (new & 2) > (flags & 2)
+                either += flags == 0
+                opened[j] = new
+            if final_slow and (not waiting or new & 1):
+                done.append(j)
+        for j in done:
+            del opened[j]
+        self.late, self.slow, self.either = late, slow, either
+        if rule.union:
+            return either > need
+        return late > need or slow > need
+
+    def failed_reference(self, i: int, t: float) -> bool:
+        """`failed`, recomputed over every request (the reference the tests compare with)."""
+        i = min(i, self.n)
+        w, rule = self.w, self.rule
+        if i - w <= self.allowed:
+            return False
+        need = max(self.allowed, rule.clear * (1.0 - rule.quantile) * (i - w))
+        a = np.asarray(self.arr[w:i], dtype=float)
         tf = np.array(self.t_first[w:i], dtype=float)
+        out = np.asarray(self.out[w:i], dtype=float)
         waiting = np.isnan(tf)
         late = np.where(waiting, t - a, tf - a) > rule.ttft_s
         if not rule.union and late.sum() > need:
             return True
         tl = np.array(self.t_last[w:i], dtype=float)
-        steps = np.maximum(self.out[w:i] - 1.0, 1.0)
+        steps = np.maximum(out - 1.0, 1.0)
         with np.errstate(invalid="ignore"):
             pace = np.where(np.isnan(tl), t - tf, tl - tf) / steps
-        slow = (self.out[w:i] > 1) & ~waiting & (pace > rule.tpot_s)
+        slow = (out > 1) & ~waiting & (pace > rule.tpot_s)
         if rule.union:
             return bool((late | slow).sum() > need)
         return bool(slow.sum() > need)
@@ -187,7 +256,8 @@ class EventLoop:
     counts the pre-computed arrivals seen so far."""
 
     __slots__ = ("heap", "seq", "arr", "n_open", "feed", "closed", "arrived", "t", "popped",
-                 "watcher", "stopped", "sent")
+                 "watcher", "stopped", "sent", "rate", "windows", "window", "lists", "left",
+                 "watch_at")
 
     def __init__(self, reqs: RequestSet, rate: float, closed_loop: bool = True,
                  streams: int = 1):
@@ -204,15 +274,78 @@ class EventLoop:
         self.arrived = 0
         self.t = 0.0
         self.popped = 0
+        self.rate = rate
         self.watcher: Watcher | None = None
         self.stopped = False
+        self.windows: list[int] = []   # request counts still to be judged (StopRule.windows)
+        self.window = 0                # the window the run ended at (0: it ran to the end)
+        self.lists: tuple = ()         # the run's request lists (watch)
+        self.left = 0                  # requests below this index are known to have left
+        self.watch_at = 0              # the arrival count of the stop rule's next check
 
     def watch(self, rule: StopRule | None, t_first: list[float], t_last: list[float],
-              out_tok: list[int]) -> None:
-        """Stop the run once `rule` says it has failed whatever comes next (open loop)."""
+              out_tok: list[int], rejected: list[int]) -> None:
+        """Stop the run once `rule` says it has failed whatever comes next, or once a window
+        of it is settled (open loop; StopRule.windows)."""
         if rule is not None and not self.closed:
             self.watcher = Watcher(rule, self.sent if self.sent is not None else self.arr,
                                    t_first, t_last, out_tok)
+            self.lists = (t_first, t_last, out_tok, rejected)
+            n = len(self.arr)
+            self.windows = [w for w in rule.windows if w < n] if rule.judge else []
+            if self.windows:
+                self.watcher.horizon(self.windows[0])
+            self.watch_at = self.watcher.every
+
+    def first_check(self) -> int:
+        """The arrival count of the run's first check (checkpoint), or past the last arrival
+        when nothing is watched."""
+        if self.watcher is None:
+            return self.n_open + 1
+        if self.windows:
+            return min(self.watch_at, self.windows[0])
+        return self.watch_at
+
+    def checkpoint(self, i: int, t: float) -> int | None:
+        """At a check (i arrivals in, time t): None when the run stops here — the stop rule
+        says it has failed, or its current window has left and is settled — else the arrival
+        count of the next check (the stop rule's every `watcher.every` arrivals; a window's,
+        once its last request is in, every 1/64 of it)."""
+        watcher = self.watcher
+        if i >= self.watch_at:
+            if watcher.failed(i, t):  # type: ignore[union-attr]
+                self.stopped = True
+                return None
+            self.watch_at = i + watcher.every  # type: ignore[union-attr]
+        windows = self.windows
+        if windows and i >= windows[0] and self._gone(windows[0]):
+            self.t, self.arrived = t, i
+            w = windows.pop(0)
+            t_first, t_last, out_tok, rejected = self.lists
+            rule = watcher.rule  # type: ignore[union-attr]
+            run = build_result(self.rate, self, t_first, t_last, out_tok, rejected, rule.warmup,
+                               {}, time.perf_counter(), load_stats=False, upto=w)
+            if rule.judge(run):  # type: ignore[misc]
+                self.window = w
+                return None
+            watcher.horizon(windows[0] if windows else len(self.arr))  # type: ignore[union-attr]
+            self.watch_at = min(self.watch_at, i + watcher.every)  # type: ignore[union-attr]
+        if windows:
+            return min(self.watch_at, max(i, windows[0]) + max(16, windows[0] // 64))
+        return self.watch_at
+
+    def _gone(self, w: int) -> bool:
+        """Whether requests 0..w−1 have all left (a last token, or rejected)."""
+        t_last, rejected = self.lists[1], self.lists[3]
+        k = self.left
+        while k < w and t_last[k] == t_last[k]:
+            k += 1
+        if k < w and rejected:
+            out = set(rejected)
+            while k < w and (t_last[k] == t_last[k] or k in out):
+                k += 1
+        self.left = k
+        return k >= w
 
     def span(self) -> float:
         """Seconds from the first arrival to the end of the run (after `events`)."""
@@ -231,17 +364,16 @@ class EventLoop:
         """The heap's events in time order; the pre-computed arrivals in between go to
         `arrive`."""
         heap, arr, n_open = self.heap, self.arr, self.n_open
-        watcher = self.watcher
-        check = watcher.every if watcher is not None else n_open + 1  # arrivals between checks
+        check = self.first_check()
         i = 0
         popped = 0
         t = 0.0
         while True:
             if i >= check:
-                if watcher.failed(i, t):  # type: ignore[union-attr]
-                    self.stopped = True
+                nxt = self.checkpoint(i, t)
+                if nxt is None:
                     break
-                check = i + watcher.every  # type: ignore[union-attr]
+                check = nxt
             if heap:
                 ev = heap[0]
                 if i < n_open:
@@ -284,20 +416,31 @@ class EventLoop:
 def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: list[float],
                  out_tok: list[int], rejected: list[int], warmup: float,
                  utilisation: dict[str, float], wall0: float,
-                 extra: dict[str, float] | None = None, load_stats: bool = True) -> RunResult:
+                 extra: dict[str, float] | None = None, load_stats: bool = True,
+                 upto: int = 0) -> RunResult:
     """The RunResult of a finished `loop`. TTFT = first token − arrival;
     TPOT = (t_last − t_first)/(n_out − 1); rejected → inf. `load_stats`: add throughput_rps and
-    max_in_flight to `extra` (the encode/prefill/decode simulator does not report them)."""
+    max_in_flight to `extra` (the encode/prefill/decode simulator does not report them).
+    A run with windows (StopRule.windows) is the result of its first `upto` requests, or of the
+    window it ended at, or (stopped early) of the window the stop rule was counting against:
+    as a run of only those requests would report them."""
     arr = loop.sent if loop.sent is not None else loop.arr  # TTFT from the client's send
-    n = len(arr)
+    n = upto or loop.window or (loop.watcher.n if loop.stopped and loop.watcher is not None
+                                else len(arr))
+    lists = (arr, t_first, t_last, out_tok)
+    if n < len(arr):
+        lists = tuple(x[:n] for x in lists)
+        rejected = [r for r in rejected if r < n]
     span = loop.span()
-    a, tf, tl, outs = (np.array(x, dtype=float) for x in (arr, t_first, t_last, out_tok))
+    a, tf, tl, outs = (np.array(x, dtype=float) for x in lists)
     w, feed = int(warmup * n), loop.feed
     ex = dict(extra or {})
+    if loop.window or upto:
+        ex["window"] = n
     if loop.stopped:
         # stopped early (StopRule): the requests that arrived, with lower bounds for those
         # still in the system — enough to fail, as the rule found
-        m = loop.arrived
+        m = min(loop.arrived, n)
         a, tf, tl, outs = a[:m], tf[:m], tl[:m], outs[:m]
         finish = tl
         tl = np.where(np.isnan(tl) & ~np.isnan(tf), loop.t, tl)
@@ -326,5 +469,6 @@ def build_result(rate: float, loop: EventLoop, t_first: list[float], t_last: lis
         ex["max_in_flight"] = float(np.cumsum(ev[:, 1]).max())
     return RunResult(rate=rate, ttft=ttft, tpot=tpot, warmup=w, rejected=len(rejected),
                      utilisation=utilisation, sim_time_s=span,
-                     events=loop.popped + loop.n_open, wall_s=time.perf_counter() - wall0,
+                     events=loop.popped + (loop.arrived if loop.window else min(loop.n_open, n)),
+                     wall_s=time.perf_counter() - wall0,
                      extra=ex, arrival=a, finish=finish)

@@ -144,7 +144,7 @@ class _EPDRun:
         self.heap, self.seq = loop.heap, loop.seq
         (self.pre_tok, self.enc_tok, self.out_tok, _, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs)
-        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok)
+        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok, self.rejected)
         self.llm_tok = reqs.llm_tokens.tolist()
         n_E, n_P, n_D = cfg.n_E, cfg.n_P, cfg.n_D
         tp_E, tp_P, tp_D = tm.tp

@@ -105,7 +105,7 @@ class FuDGRun:
         self.heap, self.seq, self.done = loop.heap, loop.seq, loop.finished
         (self.pre_tok, _, self.out_tok, mm, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs)
-        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok)
+        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok, self.rejected)
         self.src_of = [0] * len(reqs)  # the prefill instance of each request
         self.net = DuplexNetwork(cluster, cfg.gpus)
         self.ptm, self.dtm = ptm, dtm = sim.ptm, sim.dtm

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from hastune import archs
 from hastune.evaluators.sim import Evaluation
+from hastune.sim.common import StopRule
 from tests.generated import SPACES, random_recipe, space
 
 QUICK = {"min_span": 5.0, "min_requests": 300, "extend": 2.0, "max_probes": 30}
@@ -91,6 +92,48 @@ def test_simultaneous_arrivals_run_in_a_defined_order(arch, seed, every):
         runs.append(sim.run(burst, rate))
     _check_run(runs[0], len(burst))
     assert _fingerprint(runs[0]) == _fingerprint(runs[1]), "same-time events ran differently"
+
+
+@pytest.mark.parametrize("arch", archs.NAMES)
+@settings(max_examples=4)
+@given(seed=st.integers(0, 2**31 - 1), load=st.floats(0.3, 1.5), share=st.floats(0.2, 0.8),
+       settle=st.booleans())
+def test_a_continued_probe_is_the_head_of_one_long_run(arch, seed, load, share, settle):
+    """A probe that may be lengthened is one run, continued (StopRule.windows): when its first
+    window is settled it ends there, and its requests are exactly the first ones of the same
+    run left to go on — the requests after them change nothing already done; when no window
+    settles it is that whole run. Every request of the window has left (completed or
+    rejected). The stop rule here never fires (SLOs no run misses)."""
+    got = _setup(arch, seed)
+    if got is None or ev_closed(got[1]):
+        return
+    rec, ev, cfg = got
+    rate = load * ev.start_rate(cfg)
+    reqs = ev.requests
+    w = max(1, int(share * len(reqs)))
+    never = StopRule(1e12, 1e12, 0.9, False, rec.workload.warmup)
+    runs = []
+    for rule in (None, dataclasses.replace(never, windows=(w,), judge=lambda run: settle)):
+        sim = ev.simulator(cfg)
+        sim.stop_rule = rule
+        runs.append(sim.run(reqs, rate))
+    whole, part = runs
+    if not settle or "window" not in part.extra:
+        assert _fingerprint(part)[:2] == _fingerprint(whole)[:2]
+        # a window is judged at checks between arrivals: missed only when its last request
+        # left after all but the last few arrivals (one check's worth)
+        fin = whole.finish[:w]
+        left = float(np.max(np.where(np.isfinite(fin), fin, whole.arrival[:w])))
+        assert not settle or (whole.arrival > left).sum() <= max(16, w // 64) + 1
+        return
+    assert part.ttft.size == w and part.extra["window"] == w
+    assert part.completed + part.rejected == w
+    assert np.array_equal(part.ttft, whole.ttft[:w], equal_nan=True)
+    assert np.array_equal(part.tpot, whole.tpot[:w], equal_nan=True)
+
+
+def ev_closed(ev) -> bool:
+    return ev.closed
 
 
 def _slower_links(rec, factor: float):

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hastune.sim.common import ARRIVE, EventLoop, StopRule
+from hastune.sim.common import ARRIVE, EventLoop, StopRule, Watcher
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER, SimulationError
 from hastune.workload import RequestSet
 
@@ -129,7 +129,7 @@ def _watched(n: int, serve: bool) -> tuple[EventLoop, list[float]]:
     t_first = [math.nan] * n
     t_last = [math.nan] * n
     loop.watch(StopRule(ttft_s=2.0, tpot_s=0.1, quantile=0.9, union=False, warmup=0.0),
-               t_first, t_last, [4] * n)
+               t_first, t_last, [4] * n, [])
 
     def arrive(r: int, t: float) -> None:
         if serve:
@@ -155,7 +155,7 @@ def test_watcher_lets_a_passing_run_finish():
 def test_watcher_is_off_in_closed_loop():
     loop = EventLoop(requests([1.0] * 10, think_s=1.0), 2.0)
     loop.watch(StopRule(ttft_s=1.0, tpot_s=0.1, quantile=0.9, union=False, warmup=0.0),
-               [math.nan] * 10, [math.nan] * 10, [4] * 10)
+               [math.nan] * 10, [math.nan] * 10, [4] * 10, [])
     assert loop.watcher is None
 
 
@@ -220,3 +220,43 @@ def test_events_come_out_in_key_order(gaps, initial, spawn):
     assert [t for t, _ in seen] == sorted(t for t, _ in seen)  # time never goes back
     assert loop.popped == len(seen) - len(arrivals)
     assert loop.t == (seen[-1][0] if seen else 0.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_the_incremental_watcher_answers_as_the_reference_at_every_check(data):
+    """Watcher.failed keeps each request's flags between checks (they only turn on, and are
+    final once its tokens are known); failed_reference recomputes every request: on random
+    runs revealed check by check as an event loop would (a token time is written when the loop
+    reaches it), with the horizon moved part way as a continued probe does, the two agree."""
+    n = data.draw(st.integers(40, 300))
+    rule = StopRule(ttft_s=data.draw(st.sampled_from([0.5, 1.0, 2.0])),
+                    tpot_s=data.draw(st.sampled_from([0.05, 0.1])),
+                    quantile=data.draw(st.sampled_from([0.5, 0.9])),
+                    union=data.draw(st.booleans()),
+                    warmup=data.draw(st.sampled_from([0.0, 0.1])), clear=1.0)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    arr = np.cumsum(rng.exponential(0.2, n)).tolist()
+    out = rng.integers(1, 8, n).tolist()
+    first = [a + rng.exponential(data.draw(st.sampled_from([0.3, 1.5]))) for a in arr]
+    last = [f + (o - 1) * rng.exponential(0.08) for f, o in zip(first, out)]
+    never = rng.random(n) < 0.1  # rejected: no first token, t_last inf
+    t_first, t_last = [math.nan] * n, [math.nan] * n
+    inc = Watcher(rule, arr, t_first, t_last, out)
+    ref = Watcher(rule, arr, t_first, t_last, out)
+    moved = data.draw(st.integers(n // 4, n))
+    for h in (inc, ref):
+        h.horizon(moved)
+    checks = sorted(rng.uniform(0, max(last) + 1, data.draw(st.integers(3, 30))).tolist())
+    for k, t in enumerate(checks):
+        for r in range(n):  # what the loop has written by time t
+            if never[r]:
+                t_last[r] = math.inf if arr[r] <= t else math.nan
+            else:
+                t_first[r] = first[r] if first[r] <= t else math.nan
+                t_last[r] = last[r] if last[r] <= t else math.nan
+        if k == len(checks) // 2:
+            for h in (inc, ref):
+                h.horizon(n)
+        i = sum(a <= t for a in arr)
+        assert inc.failed(i, t) == ref.failed_reference(i, t), (k, t, i)

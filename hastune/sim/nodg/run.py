@@ -77,7 +77,7 @@ class Run(Planner):
             x = reqs.encoder_tokens
             lat = sim.timings[0].encode_latency(1, x, x * x)
             self.enc_s = np.where(x > 0, lat, 0.0).tolist()
-        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok)
+        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok, self.rejected)
         chunk = sim.config.chunk_tokens
         self.chunked = chunk is not None
         # TensorRT-LLM's batch waiting (Profile.batch_wait; Planner.waits): prompts are held
@@ -114,9 +114,7 @@ class Run(Planner):
         loop = self.loop
         heap, arr, n_open, reps = self.heap, self.arr, self.n_open, self.reps
         arrive, step, woken = self.arrive, self.step, self.woken
-        watcher = loop.watcher
-        every = watcher.every if watcher is not None else n_open + 1  # arrivals between checks
-        check = every
+        check = loop.first_check()
         i = popped = 0
         t = 0.0
         ta = arr[0] if n_open else math.inf
@@ -141,10 +139,10 @@ class Run(Planner):
                 if woken and ta != t:  # the instant's last arrival: start the woken replicas
                     self.start_woken(t)
                 if i >= check:
-                    if watcher.failed(i, t):  # type: ignore[union-attr]
-                        loop.stopped = True
+                    nxt = loop.checkpoint(i, t)
+                    if nxt is None:
                         break
-                    check = i + every
+                    check = nxt
             else:
                 break
         loop.t, loop.popped, loop.arrived = t, popped, i
@@ -314,7 +312,8 @@ class Run(Planner):
     def result(self) -> RunResult:
         loop, reps, cfg = self.loop, self.reps, self.sim.config
         end = loop.t
-        if loop.stopped:  # count only what had started by the end, as event by event
+        if loop.stopped or loop.window:  # count only what had started by the end, as event
+            # by event
             for rp in reps:
                 if rp.in_iter and rp.run is not None and rp.run[-1] == rp.ver:
                     self.unwind(rp, end)

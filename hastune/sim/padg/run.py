@@ -65,7 +65,7 @@ class PaDGRun:
         self.arr, self.heap, self.seq, self.done = loop.arr, loop.heap, loop.seq, loop.finished
         (self.pre, _, self.out_tok, mm, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs)
-        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok)
+        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok, self.rejected)
         n = len(reqs)
         self.home = [-1] * n        # the instance that admitted each request ...
         self.decoded_on = [-1] * n  # ... and the one that produced its last token
