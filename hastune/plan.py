@@ -179,9 +179,6 @@ class Planner:
         if self.search not in SEARCHES:
             raise InputError(None, "--search", f"unknown search {self.search!r}",
                              f"use one of {', '.join(SEARCHES)}")
-        if self.tune.workers != 1:
-            raise InputError(None, "--workers", "plan tunes each GPU count in this process",
-                             "leave --workers out (each count's study is resumable)")
         base = self.tune.study or f"{self.recipe.name}-{'+'.join(self.recipe.architectures)}"
         self.base_study = base
 

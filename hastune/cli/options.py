@@ -21,7 +21,12 @@ NO_PLOTS = typer.Option(False, "--no-plots", help="skip the PNG plots")
 
 TRIALS = typer.Option(40, "--trials", "-n", help="evaluations in the study (total)")
 STUDY = typer.Option(None, "--study", help="study name (default: from recipe)")
-WORKERS = typer.Option(1, "--workers", "-w", help="worker processes on this study")
+WORKERS = typer.Option("auto", "--workers", "-w", help="processes that evaluate: auto (the "
+                       "cores this machine gives it; 1 on an engine) or a number — the result "
+                       "is the same for any")
+IN_FLIGHT = typer.Option(2, "--in-flight", help="evaluations under way at once: each is "
+                         "proposed while the ones before it still run (the result depends on "
+                         "this, not on --workers)")
 TUNE_OUT = typer.Option(Path("tune-out"), "--out", "-o", help="output directory DIR")
 NO_PRUNE = typer.Option(False, "--no-prune", help="skip stage 1: no pruning, no bound "
                         "ranking, no warm start (plain Bayesian optimisation)")

@@ -107,7 +107,8 @@ def _check_count(value: int, flag: str, what: str) -> None:
 def grid(
     recipe: Path = typer.Argument(..., help="recipe YAML"),
     no_prune: bool = typer.Option(False, "--no-prune", help="evaluate the unpruned space"),
-    workers: int = typer.Option(1, "--workers", "-w", help="processes"),
+    workers: str = typer.Option("auto", "--workers", "-w", help="processes: auto (this "
+                                "machine's cores) or a number; the table is the same for any"),
     out: Path | None = typer.Option(None, "--out", "-o", help="write grid.csv / grid.json here"),
     top: int = typer.Option(10, "--top", help="rows to show"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),

@@ -13,7 +13,8 @@ from hastune.cli.common import BACKEND_OPTION, RAY_ADDRESS_OPTION
 def tune(
     recipe: Path = o.RECIPE, trials: int = o.TRIALS, sampler: str = o.SAMPLER,
     evaluator: str = o.EVALUATOR, storage: str | None = o.STORAGE, study: str | None = o.STUDY,
-    workers: int = o.WORKERS, out: Path = o.TUNE_OUT, seed: int | None = o.SEED,
+    workers: str = o.WORKERS, in_flight: int = o.IN_FLIGHT, out: Path = o.TUNE_OUT,
+    seed: int | None = o.SEED,
     no_prune: bool = o.NO_PRUNE, as_json: bool = o.JSON, no_plots: bool = o.NO_PLOTS,
     early_stop: bool = o.EARLY_STOP, baseline: Path | None = o.BASELINE,
     max_regression: float = o.MAX_REGRESSION, force: bool = o.FORCE,
@@ -35,7 +36,8 @@ def tune(
     res = run(recipe, baseline=baseline, max_regression=max_regression, recheck=recheck,
               recheck_rounds=recheck_rounds, plots=not no_plots, progress=view,
               trials=trials, sampler=sampler, evaluator=evaluator, storage=storage,
-              study=study, workers=workers, out=str(out), seed=seed, prune=not no_prune,
+              study=study, workers=workers, in_flight=in_flight, out=str(out), seed=seed,
+              prune=not no_prune,
               early_stop=early_stop, force=force, backend=backend, ray_address=ray_address,
               engine=engine, launch_cmd=launch_cmd)
     report(res, view, max_regression)

@@ -15,6 +15,7 @@ from typing import Any
 
 from hastune.errors import EXIT_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EXIT_NO_CONFIG, InputError
 from hastune.recipe import Recipe
+from hastune.tune.pool import resolve_workers
 from hastune.tune.progress import Progress
 from hastune.tune.runner import TuneOptions, Tuner
 
@@ -114,14 +115,12 @@ def _checked(recipe: str | Path | Recipe, baseline: str | Path | None, max_regre
         raise InputError(None, "--max-regression", f"must be a share in [0, 1) (got "
                          f"{max_regression})", "give the allowed drop, e.g. 0.05 for 5%")
     base = read_baseline(Path(baseline)) if baseline is not None else None
+    opts.workers = resolve_workers(opts.workers, opts.evaluator)
     if opts.engine is not None and opts.workers > 1:
         raise InputError(None, "--workers", "trials on an engine run one at a time (each "
                          "deployment takes this machine's GPUs and the router's port)",
                          "drop --workers")
     rec = recipe if isinstance(recipe, Recipe) else load_recipe(Path(recipe))
-    if opts.workers > 1 and not rec.path:
-        raise InputError(None, "recipe", "worker processes load the recipe from its file, and "
-                         "this Recipe has none", "pass the recipe's path, or workers=1")
     if opts.evaluator == "sim":
         check_tune_work(rec, opts.prune, "tune")
     check_recipe(rec, recheck, rounds, opts.evaluator, opts.engine)  # before the search
@@ -133,13 +132,14 @@ def _checked(recipe: str | Path | Recipe, baseline: str | Path | None, max_regre
 
 
 def _summary(tuner: Tuner, st: Any, wall_s: float) -> tuple[dict, Any]:
-    """summary.json's content and the best config's probes (simulated again for the plots: a
-    real re-run would cost as much as the trial itself)."""
+    """summary.json's content and the best config's probes: its search as this command ran
+    it, or (evaluated earlier, or by an engine) simulated again for the plots — a real re-run
+    would cost as much as the trial itself."""
     from hastune.config import parse_config
     from hastune.tune.outputs import best_trial, summarize
 
     bt = best_trial(st)
-    final = tuner.simulation.goodput(parse_config(bt.user_attrs["config"])) if bt else None
+    final = tuner.final(bt.number, parse_config(bt.user_attrs["config"])) if bt else None
     return summarize(tuner, st, wall_s, final), final
 
 

@@ -8,14 +8,13 @@ import time
 from pathlib import Path
 
 from hastune.config import config_dict, parse_config
-from hastune.errors import InputError
 from hastune.evaluators.sim import Evaluation
 from hastune.prune import Bounds, prune
 from hastune.recipe import load_recipe
 from hastune.space import space_for
+from hastune.tune.pool import resolve_workers
 
 _EV: Evaluation | None = None
-MAX_WORKERS = 1024
 
 
 def _init(recipe_path: str) -> None:
@@ -29,11 +28,12 @@ def _goodput(cfg_dict: dict) -> float:
     return _EV.goodput(parse_config(cfg_dict)).goodput_rps
 
 
-def run_grid(recipe_path: str | Path, prune_first: bool = True, workers: int = 1) -> dict:
-    if isinstance(workers, bool) or not isinstance(workers, int) or not (
-            1 <= workers <= MAX_WORKERS):
-        raise InputError(None, "--workers", f"must be a number of processes in 1..{MAX_WORKERS} "
-                         f"(got {workers!r})", "give --workers ≥ 1 (1: this process only)")
+def run_grid(recipe_path: str | Path, prune_first: bool = True,
+             workers: int | str = "auto") -> dict:
+    """Every configuration's goodput (after the analytic pruning rules, unless not
+    `prune_first`), best first; in `workers` processes ("auto": the cores this process may
+    use) — each configuration's number is its own, so the table is the same for any."""
+    workers = resolve_workers(workers)
     rec = load_recipe(recipe_path)
     ev = Evaluation(rec)
     bounds = Bounds(rec, ev.profile, ev.requests)

@@ -79,6 +79,8 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
         "pruned": prep,
         "sampler": tuner.opts.sampler,
         "seed": tuner.seed,
+        "in_flight": tuner.opts.in_flight,  # the trials depend on it (and on the seed)
+        "workers": tuner.opts.workers,      # they do not depend on this
         "recipe_sha256": tuner.recipe_sha256,
         "workload_seed": rec.seed,
         "architectures": rec.architectures,

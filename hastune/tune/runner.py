@@ -15,11 +15,9 @@ import contextlib
 import json
 import logging
 import os
-import sys
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +29,12 @@ from hastune.errors import InputError
 from hastune.evaluators import Evaluator, EvaluatorOptions, make_evaluator
 from hastune.evaluators.sim import Evaluation
 from hastune.prune import Bounds, derived_margin
-from hastune.recipe import Recipe, load_recipe
+from hastune.recipe import Recipe
 from hastune.space import space_for
 from hastune.tune.claims import FAIL, STALE_S, Reaper, census, claim, finish, is_memory, new_trial
-from hastune.tune.grid import MAX_WORKERS
 from hastune.tune.identity import check_resume, recipe_sha256, study_identity
 from hastune.tune.params import Parametrization
+from hastune.tune.pool import MAX_WORKERS, Inline, Outcome, Processes, evaluate, resolve_workers
 from hastune.tune.prepare import prune_study
 from hastune.tune.samplers import CONSTRAINT, SkoptProposer, make_sampler
 from hastune.tune.search import WAIT_S, Search
@@ -62,7 +60,9 @@ class TuneOptions:
     evaluator: str = "sim"
     storage: str | None = None
     study: str | None = None
-    workers: int = 1
+    workers: int | str = "auto"    # evaluation processes; "auto": the cores this one may use
+    in_flight: int = 2              # evaluations under way at once (the result depends on it,
+    #                                 not on workers)
     out: str = "tune-out"
     seed: int | None = None
     prune: bool = True
@@ -100,6 +100,7 @@ class Tuner:
     def __init__(self, recipe: Recipe, opts: TuneOptions, evaluator: Evaluator | None = None):
         """`evaluator`: what measures each trial (default: `opts.evaluator` from the registry,
         hastune.evaluators); pruning always works from the recipe's profile."""
+        opts.workers = resolve_workers(opts.workers, opts.evaluator)
         if opts.backend == "ray" and opts.workers > 1 and not (
                 opts.ray_address or os.environ.get("RAY_ADDRESS")):
             raise InputError(None, "--ray-address", "K tune workers with --backend ray would "
@@ -108,9 +109,11 @@ class Tuner:
         if opts.trials < 1:
             raise InputError(None, "--trials", f"must be ≥ 1 (got {opts.trials})",
                              "give the number of evaluations to run")
-        if not 1 <= opts.workers <= MAX_WORKERS:
-            raise InputError(None, "--workers", f"must be in 1..{MAX_WORKERS} (got "
-                             f"{opts.workers})", "give the number of worker processes")
+        if isinstance(opts.in_flight, bool) or not isinstance(opts.in_flight, int) or not (
+                1 <= opts.in_flight <= MAX_WORKERS):
+            raise InputError(None, "--in-flight", f"must be a whole number in 1..{MAX_WORKERS} "
+                             f"(got {opts.in_flight!r})", "give how many evaluations the "
+                             "search keeps under way at once (default 2)")
         check_storage(opts.storage, Path(opts.out))  # before any work: one that cannot work
         if opts.storage is None:
             check_out(Path(opts.out))
@@ -137,6 +140,7 @@ class Tuner:
         self.prepared: Prepared | None = None
         self.recipe_sha256 = recipe_sha256(recipe, self.simulation.profile)
         self.history: list[dict] = []  # the settings the study was searched with
+        self.kept: tuple[float, int, Any] | None = None  # (goodput, trial, search): the best
 
     # -- the study ------------------------------------------------------------------------
     def open_study(self, worker: int = 0) -> optuna.Study:
@@ -253,41 +257,67 @@ class Tuner:
     def _evaluate_and_tell(self, study: optuna.Study, trial: optuna.Trial, cfg: Config,
                            on_trial: Callable[[optuna.trial.FrozenTrial], None] | None,
                            incumbent: float | None, source: str = "sampler") -> float:
-        t0 = time.perf_counter()
         try:
-            res = self.evaluator.goodput(cfg, incumbent=incumbent,
-                                         early_stop=self.opts.early_stop)
+            out = evaluate(self.evaluator, self.recipe.slo, cfg, incumbent,
+                           self.opts.early_stop)
         except BaseException:
             finish(study, trial, state=optuna.trial.TrialState.FAIL)
             raise
+        return self.tell(study, trial, cfg, out, on_trial, source)
+
+    def tell(self, study: optuna.Study, trial: optuna.Trial, cfg: Config, out: Outcome,
+             on_trial: Callable[[optuna.trial.FrozenTrial], None] | None,
+             source: str = "sampler") -> float:
+        """Record one evaluation as its trial's result; keep its search when it is the best
+        of this command so far (the summary reads it instead of searching again)."""
         attrs = {
             "config": json.loads(trial_key(cfg)), "key": trial_key(cfg), "evaluated": True,
-            "source": source, "probes": len(res.probes), "early_stopped": res.early_stopped,
-            "wall_s": time.perf_counter() - t0, "gpus": cfg.gpus,
+            "source": source, "probes": out.probes, "early_stopped": out.early_stopped,
+            "wall_s": out.wall_s, "gpus": cfg.gpus,
         }
-        if res.best_run is not None and res.goodput_rps > 0:  # P90s at goodput (candidates.csv)
-            attrs["at_goodput"] = {k: v for k, v in res.best_run.summary(self.recipe.slo).items()
-                                   if k in ("ttft_p90_s", "tpot_p90_s", "attainment")}
+        if out.pid and out.pid != os.getpid():
+            attrs["evaluated_by"] = out.pid
+        if out.at_goodput is not None:
+            attrs["at_goodput"] = out.at_goodput
         try:
             for k, v in attrs.items():
                 trial.set_user_attr(k, v)
             trial.set_constraint(CONSTRAINT, 0.0)
-            told = finish(study, trial, res.goodput_rps)
+            told = finish(study, trial, out.goodput_rps)
         except optuna.exceptions.UpdateFinishedTrialError:
             told = False
         except storage_errors() as exc:
             raise StorageFailure(
                 f"the study's storage refused a write ({root_cause(exc)}); trial "
-                f"#{trial.number} measured {res.goodput_rps:.3f} req/s for {attrs['key']} but "
+                f"#{trial.number} measured {out.goodput_rps:.3f} req/s for {attrs['key']} but "
                 "is not recorded. The trials finished before it are in the storage: make it "
                 "writable and run the same command to resume") from None
         if not told:
             log.warning("trial #%d was failed by another process (it took this one for "
                         "dead); its result is not recorded", trial.number)
-        elif on_trial:
-            on_trial(_frozen(study, trial.number))
+        else:
+            if out.result is not None and not out.early_stopped and (
+                    self.kept is None or out.goodput_rps > self.kept[0]):
+                self.kept = (out.goodput_rps, trial.number, out.result)
+            if on_trial:
+                on_trial(_frozen(study, trial.number))
         interrupt.check()  # a Ctrl-C dropped during the evaluation: stop, its result kept
-        return res.goodput_rps
+        return out.goodput_rps
+
+    def final(self, number: int, cfg: Config):
+        """The best trial's goodput search: the one this command kept, or (evaluated by an
+        earlier command, or in another process) searched again — the same search, so the
+        same probes."""
+        if self.kept is not None and self.kept[1] == number:
+            return self.kept[2]
+        return self.simulation.goodput(cfg)
+
+    def pool(self) -> Inline | Processes:
+        """Where this command's evaluations run: `workers` processes, or this one (one
+        worker; an evaluator other than the simulator)."""
+        if self.opts.workers > 1 and type(self.evaluator) is Evaluation:
+            return Processes(self.opts.workers, self.recipe, self.opts.early_stop)
+        return Inline(self.evaluator, self.recipe.slo, self.opts.early_stop)
 
     def work(self, study: optuna.Study, worker: int = 0,
              on_trial: Callable[[optuna.trial.FrozenTrial], None] | None = None) -> None:
@@ -297,41 +327,14 @@ class Tuner:
         skopt = (SkoptProposer(self.pz, self.seed + worker,
                                lambda c: trial_key(c) in prep.allowed)
                  if self.opts.sampler == "skopt" else None)
-        Search(self, study, prep, skopt, on_trial).run()
+        pool = self.pool()
+        try:
+            Search(self, study, prep, skopt, on_trial, pool).run()
+        finally:
+            pool.close()
         self.reaper.reap(study)
 
 
 def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
     return study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
         study._study_id, number))
-
-
-def worker_main(recipe_path: str, opts: dict, worker: int, start: Any = None,
-                errors: Any = None) -> None:
-    """Entry point of a worker process (multiprocessing spawn). `start`, a barrier shared by
-    the workers of one command, holds each until all have loaded the study; `errors`, a queue,
-    takes (worker, message) when this worker fails (it then exits 1)."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    interrupt.install()
-    try:
-        tuner = Tuner(load_recipe(recipe_path), TuneOptions(**opts))
-        study = tuner.open_study(worker)
-        if start is not None:
-            try:
-                start.wait(timeout=120)
-            except threading.BrokenBarrierError:
-                pass  # a sibling died or is slow: go on alone rather than not at all
-        tuner.work(study, worker)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which exits non-zero
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if errors is not None:
-            errors.put((worker, f"{type(exc).__name__}: {msg}"))
-        print(f"worker {worker}: {type(exc).__name__}: {msg}", file=sys.stderr)
-        sys.exit(1)
-
-
-def options_dict(opts: TuneOptions) -> dict:
-    return asdict(opts)

@@ -10,6 +10,7 @@ and from the study's sampler otherwise. Several workers' queues overlap; the cla
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -22,6 +23,7 @@ import optuna
 from hastune import interrupt
 from hastune.config import AnyConfig, parse_config, trial_key
 from hastune.tune.claims import FAIL, Census, census, claim, finish, n_claims, new_trial
+from hastune.tune.pool import Inline, Processes
 from hastune.tune.samplers import CONSTRAINT, SkoptProposer
 
 if TYPE_CHECKING:
@@ -40,10 +42,12 @@ WAIT_S = 0.25  # between looks at the study while other workers finish its last 
 class Search:
     def __init__(self, tuner: Tuner, study: optuna.Study, prep: Prepared,
                  skopt: SkoptProposer | None,
-                 on_trial: Callable[[optuna.trial.FrozenTrial], None] | None):
+                 on_trial: Callable[[optuna.trial.FrozenTrial], None] | None,
+                 pool: Inline | Processes | None = None):
         self.key = trial_key
         self.tuner, self.study, self.prep, self.skopt = tuner, study, prep, skopt
         self.on_trial = on_trial
+        self.pool = pool or Inline(tuner.evaluator, tuner.recipe.slo, tuner.opts.early_stop)
         self.pz = tuner.pz
         self.limit = IDLE_LIMIT[tuner.opts.prune]
         self.idle = 0
@@ -52,23 +56,44 @@ class Search:
             (self.pz.to_params(c), self.key(c)) for c in map(parse_config, prep.warm))
 
     def run(self) -> None:
-        target = self.tuner.opts.trials
-        while True:
-            interrupt.check()  # a Ctrl-C that landed where Python drops it (hastune.interrupt)
-            self.tuner.reaper.reap(self.study)
-            c = census(self.study)
-            if c.n_evaluated >= target or len(c.evaluated) >= len(self.prep.allowed):
-                return
-            taken = c.evaluated.keys() | c.claimed.keys()
-            if c.n_evaluated + n_claims(c) >= target or self.prep.allowed <= taken:
-                time.sleep(WAIT_S)  # the rest is under way in other workers
-                continue
-            try:
-                self.step(c, taken)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                # another process failed this worker's trial (it took it for dead): nothing
-                # of the trial is recorded; go on with the next
-                log.warning("a trial of this worker was failed by another process")
+        """Keep `in_flight` evaluations under way (each proposed with the ones before it
+        still running), and tell their results in the order they were proposed: the sampler
+        then sees the same study at every proposal however many processes evaluate."""
+        target, width = self.tuner.opts.trials, self.tuner.opts.in_flight
+        pending: deque[tuple[optuna.Trial, Config]] = deque()
+        try:
+            while True:
+                interrupt.check()  # a Ctrl-C that landed where Python drops it
+                self.tuner.reaper.reap(self.study)
+                while len(pending) < width:
+                    c = census(self.study)
+                    taken = c.evaluated.keys() | c.claimed.keys()
+                    if c.n_evaluated + n_claims(c) >= target or self.prep.allowed <= taken:
+                        break
+                    try:
+                        got = self.step(c, taken)
+                    except optuna.exceptions.UpdateFinishedTrialError:
+                        # another process failed this worker's trial (it took it for dead):
+                        # nothing of the trial is recorded; go on with the next
+                        log.warning("a trial of this worker was failed by another process")
+                        continue
+                    if got is not None:
+                        self.pool.submit(got[0].number, got[1], got[2])
+                        pending.append(got[:2])
+                if pending:
+                    trial, cfg = pending[0]
+                    out = self.pool.result(trial.number)
+                    pending.popleft()
+                    self.tuner.tell(self.study, trial, cfg, out, self.on_trial)
+                    continue
+                c = census(self.study)
+                if c.n_evaluated >= target or len(c.evaluated) >= len(self.prep.allowed):
+                    return
+                time.sleep(WAIT_S)  # the rest is under way in other processes
+        finally:
+            for trial, _ in pending:  # cut off: failed, so that a resume evaluates them
+                with contextlib.suppress(Exception):
+                    finish(self.study, trial, state=FAIL)
 
     def _fixed(self, c: Census, taken: set[str]) -> dict[str, Any] | None:
         """The next queued configuration not evaluated or claimed, or None (ask the sampler);
@@ -91,7 +116,11 @@ class Search:
             self.idle = 0
         return self.queue.popleft()[0] if self.queue else None
 
-    def step(self, c: Census, taken: set[str]) -> None:
+    def step(self, c: Census, taken: set[str]
+             ) -> tuple[optuna.Trial, Config, float | None] | None:
+        """The next trial: one to evaluate (its trial, configuration and the incumbent), or
+        None when the proposal evaluates nothing (a duplicate, pruned, infeasible, or under
+        way elsewhere; its trial is finished here)."""
         study, prep = self.study, self.prep
         trial = new_trial(study, self._fixed(c, taken))
         cfg = self.pz.suggest(trial)
@@ -107,7 +136,7 @@ class Search:
             self.idle += 1
             if cfg is not None:
                 self._nearest(cfg, taken)
-            return
+            return None
         trial.set_user_attr("key", key)
         outcome, value = ("done", c.evaluated[key]) if key in c.evaluated else claim(
             study, trial, key, self.tuner.opts.trials)
@@ -118,7 +147,7 @@ class Search:
             finish(study, trial, value)
             self.idle += 1
             self._nearest(cfg, taken | {key})
-            return
+            return None
         if outcome != "won":
             trial.set_user_attr("reason", "in progress in another worker" if outcome == "busy"
                                 else "the study's last evaluations are under way elsewhere")
@@ -126,11 +155,10 @@ class Search:
             if outcome == "busy":
                 self.idle += 1
                 self._nearest(cfg, taken | {key})
-            return
+            return None
         best = max(c.evaluated.values(), default=0.0)
-        self.tuner._evaluate_and_tell(study, trial, cfg, self.on_trial,
-                                      incumbent=best if best > 0 else None)
         self.idle = 0
+        return trial, cfg, best if best > 0 else None
 
     def _nearest(self, cfg: Config, taken: set[str]) -> None:
         """The sampler asked for a configuration that teaches nothing new (evaluated already,

@@ -74,7 +74,7 @@ def test_fudg_pays_transfer_time_that_grows_as_bandwidth_shrinks():
     for bw in (50.0, 5.0, 0.5):
         ev = _fudg_eval(bw)
         reqs = ev.requests_at(1.0)
-        run = ev.run(cfg, 1.0)
+        run = ev.simulator(cfg).run(reqs, 1.0)  # these requests, no more (a probe may go on)
         L = reqs.prefill_tokens
         moved = reqs.output_tokens > 1
         kv = L * InstanceTiming(ev.profile, 1, 1, ev.recipe.cluster).kv_bytes_per_token
