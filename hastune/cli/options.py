@@ -24,6 +24,9 @@ STUDY = typer.Option(None, "--study", help="study name (default: from recipe)")
 WORKERS = typer.Option("auto", "--workers", "-w", help="processes that evaluate: auto (the "
                        "cores this machine gives it; 1 on an engine) or a number — the result "
                        "is the same for any")
+PATIENCE = typer.Option(None, "--patience", help="stop once this many evaluations in a row "
+                        "did not raise the best goodput (the summary's `stopped` says why it "
+                        "stopped); default: run --trials evaluations")
 IN_FLIGHT = typer.Option(2, "--in-flight", help="evaluations under way at once: each is "
                          "proposed while the ones before it still run (the result depends on "
                          "this, not on --workers)")

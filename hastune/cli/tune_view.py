@@ -212,7 +212,8 @@ def report(res: Any, view: TuneView, max_regression: float) -> None:
             con.print(escape(terms_line(s["engine_terms"])))
         print_caveats(con, s.get("caveats", []))
         con.print(f"{s['evaluations']} evaluations, {s['trials']} trials in {s['wall_s']:.1f} "
-                  "s; wrote " + ", ".join(str(f) for f in res.files))
+                  f"s on {s['workers']} worker(s); stopped: {escape(s['stopped'])}; wrote "
+                  + ", ".join(str(f) for f in res.files))
         if s["exit_code"] == EXIT_NO_CONFIG:
             con.print(f"[red]no configuration meets the SLOs[/]: "
                       f"{escape(s['no_config_reason'])}")

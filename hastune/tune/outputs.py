@@ -88,6 +88,7 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
         "study": tuner.study_name,
         "storage": tuner.opts.storage or str(Path(tuner.opts.out) / "study.db"),
         "wall_s": wall_s,
+        "stopped": tuner.stop_reason or "interrupted, or ended by another process",
         "convergence": convergence(study),
     }
     if len(tuner.history) > 1:  # resumed with --force under other settings: say which

@@ -63,6 +63,8 @@ class TuneOptions:
     workers: int | str = "auto"    # evaluation processes; "auto": the cores this one may use
     in_flight: int = 2              # evaluations under way at once (the result depends on it,
     #                                 not on workers)
+    patience: int | None = None     # stop once this many evaluations in a row did not raise
+    #                                 the best goodput (None: run to --trials)
     out: str = "tune-out"
     seed: int | None = None
     prune: bool = True
@@ -109,6 +111,12 @@ class Tuner:
         if opts.trials < 1:
             raise InputError(None, "--trials", f"must be ≥ 1 (got {opts.trials})",
                              "give the number of evaluations to run")
+        if opts.patience is not None and (isinstance(opts.patience, bool) or not isinstance(
+                opts.patience, int) or opts.patience < 1):
+            raise InputError(None, "--patience", f"must be a whole number ≥ 1 (got "
+                             f"{opts.patience!r})", "give how many evaluations in a row may "
+                             "fail to raise the best goodput before the search stops, or "
+                             "leave it out to run --trials evaluations")
         if isinstance(opts.in_flight, bool) or not isinstance(opts.in_flight, int) or not (
                 1 <= opts.in_flight <= MAX_WORKERS):
             raise InputError(None, "--in-flight", f"must be a whole number in 1..{MAX_WORKERS} "
@@ -141,6 +149,7 @@ class Tuner:
         self.recipe_sha256 = recipe_sha256(recipe, self.simulation.profile)
         self.history: list[dict] = []  # the settings the study was searched with
         self.kept: tuple[float, int, Any] | None = None  # (goodput, trial, search): the best
+        self.stop_reason: str | None = None  # why the search stopped (the summary says)
 
     # -- the study ------------------------------------------------------------------------
     def open_study(self, worker: int = 0) -> optuna.Study:

@@ -60,12 +60,14 @@ class Search:
         still running), and tell their results in the order they were proposed: the sampler
         then sees the same study at every proposal however many processes evaluate."""
         target, width = self.tuner.opts.trials, self.tuner.opts.in_flight
+        patience = self.tuner.opts.patience
         pending: deque[tuple[optuna.Trial, Config]] = deque()
+        best, since = stall(self.study)  # the best so far; evaluations since it last rose
         try:
             while True:
                 interrupt.check()  # a Ctrl-C that landed where Python drops it
                 self.tuner.reaper.reap(self.study)
-                while len(pending) < width:
+                while len(pending) < width and not (patience and since >= patience):
                     c = census(self.study)
                     taken = c.evaluated.keys() | c.claimed.keys()
                     if c.n_evaluated + n_claims(c) >= target or self.prep.allowed <= taken:
@@ -84,10 +86,21 @@ class Search:
                     trial, cfg = pending[0]
                     out = self.pool.result(trial.number)
                     pending.popleft()
-                    self.tuner.tell(self.study, trial, cfg, out, self.on_trial)
+                    value = self.tuner.tell(self.study, trial, cfg, out, self.on_trial)
+                    best, since = (value, 0) if value > best else (best, since + 1)
                     continue
                 c = census(self.study)
+                if patience and since >= patience:
+                    self.tuner.stop_reason = (
+                        f"patience: the best goodput ({best:.4g} req/s) did not rise in the "
+                        f"last {since} evaluations (--patience {patience})")
+                    return
                 if c.n_evaluated >= target or len(c.evaluated) >= len(self.prep.allowed):
+                    self.tuner.stop_reason = (
+                        f"trials: the study holds {c.n_evaluated} evaluations (--trials "
+                        f"{target})" if c.n_evaluated >= target else
+                        f"space: every one of the {len(self.prep.allowed)} configurations "
+                        "left by pruning is evaluated")
                     return
                 time.sleep(WAIT_S)  # the rest is under way in other processes
         finally:
@@ -176,3 +189,14 @@ class Search:
                 best = (dist, other, key)
         if best is not None:
             self.queue.append((self.pz.to_params(best[1]), best[2]))
+
+
+def stall(study: optuna.Study) -> tuple[float, int]:
+    """The study's best goodput so far and how many evaluations (in trial order: pruning's
+    probes, earlier runs) have been told since it last rose."""
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    best, since = 0.0, 0
+    for t in sorted((t for t in done if t.user_attrs.get("evaluated")), key=lambda t: t.number):
+        v = float(t.value or 0.0)
+        best, since = (v, 0) if v > best else (best, since + 1)
+    return best, since
