@@ -164,7 +164,6 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
                    max_rate: float = 1e5,
                    on_probe: Callable[[Probe], None] | None = None,
                    incumbent: float | None = None, early_stop: bool = False,
-                   coarse_tolerance: float = 0.1,
                    integer: bool = False,
                    confirm: Callable[[float], RunResult] | None = None,
                    repeat: Callable[[RunResult, Probe], bool] | None = None,
@@ -177,12 +176,17 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
     walks from it — up while it passes, down until it passes, in doubling steps — and bisects
     to neighbouring grid rates, the lower passing and the upper failing at full length.
 
-    With `early_stop` and an `incumbent` (the best goodput a tuner has found so far) the first
-    probe is at the incumbent, and a deployment that fails there — it cannot win — is only
-    narrowed to `coarse_tolerance` by `run_at` (`early_stopped`; its value is then a passing
-    rate of a short probe, not the exact answer). Without `early_stop` the incumbent is
-    ignored: the search is the configuration's own. `integer`: rates are numbers of clients
-    (closed loop).
+    With `early_stop` and an `incumbent` (the best goodput a tuner has found so far) the search
+    is the configuration's own until a probe of the final phase (full-length, or the only
+    phase) fails at a rate at or below the incumbent: every later probe of the search would be
+    below that rate, so its answer would be too — the configuration cannot beat or tie the
+    incumbent — and the search stops there (`early_stopped`; its value is then the highest
+    rate a probe of the final phase passed, or, with none, a short probe's: a lower bound,
+    not the answer, and below the incumbent). A configuration whose answer is at least the
+    incumbent gets exactly its full search (tests/test_goodput.py, on generated pass/fail
+    rules). Not with `repeat`: a
+    repeated probe can flip, and the bracket move above it. `integer`: rates are numbers of
+    clients (closed loop).
 
     With `repeat` (it says whether a run is within the noise of the SLO) such a probe is run
     again, up to `repeats` runs, and decided by their majority (`repeated`), and so are the
@@ -192,19 +196,41 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
     res = GoodputResult(0.0, slo.criterion, slo.percentile, tolerance)
     k_min = grid.index(max(min_rate, 1.0 if integer else min_rate))
     k_max = grid.index(max_rate)
+    final_phase = "fine" if confirm is not None else "coarse"
+    ceiling = (incumbent if early_stop and incumbent is not None and incumbent > 0
+               and repeat is None else None)
 
     def prober(runner: Callable[[float], RunResult], phase: str) -> _Prober:
         return _Prober(runner, phase, phase == final_phase, grid, slo, res, on_probe, repeat,
-                       repeats)
+                       repeats, ceiling if phase == final_phase else None)
 
-    use_incumbent = early_stop and incumbent is not None and incumbent > 0
-    final_phase = "fine" if confirm is not None and not use_incumbent else "coarse"
     coarse = prober(run_at, "coarse")
-    start = incumbent if use_incumbent else start_rate
-    k = min(max(grid.index(start), k_min), k_max)
+    try:
+        lo = _search(coarse, grid, start_rate, k_min, k_max, res, max_probes, repeat,
+                     final_phase)
+        if lo is not None and final_phase == "fine":
+            fine = prober(confirm, "fine")  # type: ignore[arg-type]
+            lo = _refine(fine, lo, k_min, k_max, res, max_probes)
+    except _Beaten as beaten:
+        res.early_stopped = True
+        lo = beaten.best
+        if lo is None:  # no final probe passed: a short probe's rate, below the failure
+            passed = max((k for k, ok in coarse.cache.items() if ok), default=None)
+            lo = None if passed is None else min(passed, beaten.failed - 1)
+    res.goodput_rps = grid.rate(lo) if lo is not None else 0.0
+    if repeat is not None:
+        res.spread = spread([p for p in res.probes if p.phase == final_phase],
+                            res.goodput_rps, grid)
+    return res
+
+
+def _search(coarse: _Prober, grid: RateGrid, start_rate: float, k_min: int, k_max: int,
+            res: GoodputResult, max_probes: int, repeat, final_phase: str) -> int | None:
+    """The first phase: bracket from the start (about ×2 up or down), then bisect to
+    neighbouring grid rates (and settle the ends with `repeat`); the largest passing index."""
+    k = min(max(grid.index(start_rate), k_min), k_max)
     lo: int | None = None   # largest passing index known
     hi: int | None = None   # smallest failing index known
-    stop_at = 1
     if coarse(k):
         lo = k
         while len(res.probes) < max_probes:
@@ -219,10 +245,6 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
                 break
     else:
         hi = k
-        if use_incumbent:
-            res.early_stopped = True
-            res.tolerance = max(tolerance, coarse_tolerance)
-            stop_at = grid.steps(1.0 + res.tolerance)
         while len(res.probes) < max_probes:
             if k <= k_min:
                 res.bracketed = False
@@ -233,16 +255,20 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
                 break
             hi = k
     if lo is not None and hi is not None:
-        lo, hi = _bisect(coarse, lo, hi, stop_at, res, max_probes)
+        lo, hi = _bisect(coarse, lo, hi, 1, res, max_probes)
         if repeat is not None and final_phase == "coarse":
-            lo, hi = _settle(coarse, lo, hi, k_min, k_max, stop_at, res, max_probes)
-    if lo is not None and final_phase == "fine":
-        lo = _refine(prober(confirm, "fine"), lo, k_min, k_max, res, max_probes)  # type: ignore
-    res.goodput_rps = grid.rate(lo) if lo is not None else 0.0
-    if repeat is not None:
-        res.spread = spread([p for p in res.probes if p.phase == final_phase],
-                            res.goodput_rps, grid)
-    return res
+            lo, hi = _settle(coarse, lo, hi, k_min, k_max, 1, res, max_probes)
+    return lo
+
+
+class _Beaten(Exception):
+    """A final-phase probe failed (at index `failed`) at or below the incumbent: the search's
+    answer would be below it. `best`: the highest index the final phase passed so far (None:
+    none)."""
+
+    def __init__(self, best: int | None, failed: int):
+        super().__init__()
+        self.best, self.failed = best, failed
 
 
 class _Prober:
@@ -254,9 +280,11 @@ class _Prober:
     def __init__(self, runner: Callable[[float], RunResult], phase: str, final: bool,
                  grid: RateGrid, slo: SLO, res: GoodputResult,
                  on_probe: Callable[[Probe], None] | None,
-                 repeat: Callable[[RunResult, Probe], bool] | None, repeats: int):
+                 repeat: Callable[[RunResult, Probe], bool] | None, repeats: int,
+                 ceiling: float | None = None):
         self.runner, self.phase, self.final, self.grid, self.slo = runner, phase, final, grid, slo
         self.res, self.on_probe, self.repeat, self.repeats = res, on_probe, repeat, repeats
+        self.ceiling = ceiling  # a failure at or below this rate ends the search (_Beaten)
         self.cache: dict[int, bool] = {}
         self.runs: dict[int, list[tuple[RunResult, Probe]]] = {}
         self.shown: dict[int, tuple[RunResult, Probe]] = {}
@@ -271,6 +299,8 @@ class _Prober:
                 run, p = repeated(lambda: self.runner(rate), self.slo, self.runs[k],
                                   self.repeats)
             self._show(k, run, p)
+            if not p.passed and self.ceiling is not None and rate <= self.ceiling:
+                raise _Beaten(max((kk for kk, ok in self.cache.items() if ok), default=None), k)
         return self.cache[k]
 
     def again(self, k: int) -> bool:

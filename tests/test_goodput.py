@@ -91,14 +91,55 @@ def test_incumbent_stops_a_losing_search_early():
     run, calls = fake_run(5.0)
     res = search_goodput(run, SLO_, start_rate=1.0, tolerance=0.02, incumbent=8.0,
                          early_stop=True)
-    assert res.early_stopped and len(calls) <= 5
-    assert calls[0] == pytest.approx(8.0, rel=0.011)  # the grid point nearest the incumbent
-    assert 0 < res.goodput_rps <= 5.0
+    full = search_goodput(fake_run(5.0)[0], SLO_, start_rate=1.0, tolerance=0.02)
+    assert res.early_stopped and len(calls) < len(full.probes)
+    assert calls[0] == pytest.approx(1.0)  # its own start, not the incumbent
+    assert 0 < res.goodput_rps <= full.goodput_rps <= 5.0
     # a deployment that beats the incumbent gets the full search
     run, calls = fake_run(12.0)
     res = search_goodput(run, SLO_, start_rate=1.0, tolerance=0.02, incumbent=8.0,
                          early_stop=True)
     assert not res.early_stopped and res.goodput_rps >= 12.0 * 0.98
+
+
+def _rule_run(threshold: float, flips: frozenset[int], grid: RateGrid, phase: str):
+    """Pass/fail by rate: below `threshold`, flipped at the grid indices in `flips` (a
+    pass/fail that is not monotone, as noise near capacity makes it)."""
+
+    def run(rate: float) -> RunResult:
+        ok = (rate <= threshold) != (grid.index(rate) in flips)
+        return RunResult(rate=rate, ttft=np.full(100, 0.5 if ok else 2.0),
+                         tpot=np.full(100, 0.05))
+
+    return run
+
+
+@settings(max_examples=300, deadline=None)
+@given(threshold=st.floats(0.5, 500.0), fine_shift=st.floats(0.8, 1.25),
+       start=st.floats(0.1, 1000.0), incumbent=st.floats(0.1, 1000.0),
+       flips=st.frozensets(st.integers(-60, 330), max_size=6), two_phase=st.booleans())
+def test_early_stop_never_changes_a_configuration_that_can_win(threshold, fine_shift, start,
+                                                               incumbent, flips, two_phase):
+    """Against any incumbent, on pass/fail rules that need not be monotone (and a full-length
+    rule that differs from the short probes'): a search that stops early is one whose full
+    search ends below the incumbent — so it could not have beaten or tied it — and its value
+    is below the incumbent too; a search that does not stop early is the full search, probe
+    for probe. So the best of any set of configurations, and its goodput, are the same."""
+    grid = RateGrid(0.02)
+    coarse = _rule_run(threshold, flips, grid, "coarse")
+    fine = _rule_run(threshold * fine_shift, flips, grid, "fine") if two_phase else None
+    kw = dict(start_rate=start, tolerance=0.02, confirm=fine, min_rate=1e-3)
+    full = search_goodput(coarse, SLO_, **kw)
+    es = search_goodput(coarse, SLO_, incumbent=incumbent, early_stop=True, **kw)
+    if es.early_stopped:
+        assert full.goodput_rps < incumbent, (full.goodput_rps, incumbent)
+        assert es.goodput_rps < incumbent
+        n = len(es.probes)
+        assert [(p.rate, p.phase, p.passed) for p in es.probes] == \
+            [(p.rate, p.phase, p.passed) for p in full.probes[:n]]
+    else:
+        assert es.goodput_rps == full.goodput_rps
+        assert [(p.rate, p.phase) for p in es.probes] == [(p.rate, p.phase) for p in full.probes]
 
 
 @settings(max_examples=200, deadline=None)

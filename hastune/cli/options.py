@@ -33,9 +33,10 @@ IN_FLIGHT = typer.Option(2, "--in-flight", help="evaluations under way at once: 
 TUNE_OUT = typer.Option(Path("tune-out"), "--out", "-o", help="output directory DIR")
 NO_PRUNE = typer.Option(False, "--no-prune", help="skip stage 1: no pruning, no bound "
                         "ranking, no warm start (plain Bayesian optimisation)")
-EARLY_STOP = typer.Option(False, "--early-stop", help="a trial that fails at the best goodput "
-                          "so far stops at a coarse value (fewer probes; its recorded goodput "
-                          "is then a passing rate, not exact)")
+EARLY_STOP = typer.Option(False, "--early-stop", help="stop a trial's search once a full probe "
+                          "fails at or below the best goodput so far (it cannot win: its "
+                          "answer would be below; its recorded goodput is then a lower bound); "
+                          "a configuration that can win is searched in full")
 BASELINE = typer.Option(None, "--baseline", help="a previous summary.json to compare against")
 MAX_REGRESSION = typer.Option(0.05, "--max-regression", help="allowed goodput drop vs "
                               "--baseline (share)")

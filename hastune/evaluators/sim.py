@@ -347,8 +347,8 @@ class Evaluation:
                 on_probe: Callable[[Probe], None] | None = None,
                 incumbent: float | None = None, early_stop: bool = False) -> GoodputResult:
         """The goodput search (hastune.goodput): the configuration's own probes on the recipe's
-        rate grid, so it gets one number; `incumbent` is used only with `early_stop` (a
-        configuration failing there gets a coarse value)."""
+        rate grid, so it gets one number; `incumbent` is used only with `early_stop` (the
+        search stops once a full probe fails at or below it: that configuration cannot win)."""
         sim = self.simulator(config, config_path)
         ev = self.recipe.evaluator
         start = ev.start_rate or self.start_rate(config)

@@ -70,7 +70,7 @@ class TuneOptions:
     prune: bool = True
     probe_top: int = 3
     margin: float | None = None     # capacity-rule margin; None: derived (prune.derived_margin)
-    early_stop: bool = False        # a trial failing at the incumbent gets a coarse value
+    early_stop: bool = False        # a search that can no longer beat the incumbent stops
     warm_start: int = 5
     backend: str = "local"          # the engine's, with evaluator real
     ray_address: str | None = None
