@@ -4,6 +4,7 @@ side (issue 34's yardstick).
     python benchmarks/tune_speed.py --ref 1d83ef3            # README tune, evaluates, scaling
     python benchmarks/tune_speed.py --ref HEAD~1 --quick     # a few minutes: fewer trials
     python benchmarks/tune_speed.py --ref 1d83ef3 --only readme,evaluate --repeat 3
+    python benchmarks/tune_speed.py --ref 1d83ef3 --only scaling --gpus 64 --trials 100
 
 The ref is checked out in a temporary git worktree; each case runs `python -m hastune …` in a
 fresh process there and in this tree (PYTHONPATH set to the tree, OMP_NUM_THREADS=1), the two
@@ -73,7 +74,8 @@ def _answer(out: dict) -> str:
     return f"{head} @ {g:.2f} req/s" if isinstance(g, (int, float)) else head
 
 
-def cases(quick: bool, only: set[str], work: Path) -> list[tuple[str, list[str], float]]:
+def cases(quick: bool, only: set[str], work: Path, gpus: list[int] | None = None,
+          trials: int | None = None) -> list[tuple[str, list[str], float]]:
     """(name, hastune arguments, timeout) of every case; recipes and configs it needs are
     written under `work` (absolute paths: the same files for both trees)."""
     out: list[tuple[str, list[str], float]] = []
@@ -92,13 +94,13 @@ def cases(quick: bool, only: set[str], work: Path) -> list[tuple[str, list[str],
             out.append((f"evaluate {arch}", ["evaluate", str(ROOT / AUDIO), "--config",
                                              str(cfg)], 1800))
     if "scaling" in only:
-        for g in ((8, 16) if quick else (8, 16, 32, 64)):
+        for g in gpus or ((8, 16) if quick else (8, 16, 32, 64)):
             rec = {**audio, "name": f"scaling-{g}", "architecture": ARCHS,
                    "cluster": {**audio["cluster"], "gpus": g}}
             path = work / f"scaling-{g}.yaml"
             path.write_text(yaml.safe_dump(rec, sort_keys=False))
-            out.append((f"scaling {g} GPUs", ["tune", str(path), "--trials",
-                                              "10" if quick else "100", "--no-plots",
+            n = trials or (10 if quick else 100)
+            out.append((f"scaling {g} GPUs", ["tune", str(path), "--trials", str(n), "--no-plots",
                                               "--out", str(work / f"scaling-{g}-{{tree}}")],
                         7200))
     return out
@@ -113,6 +115,10 @@ def main() -> None:
     ap.add_argument("--only", default="readme,evaluate,scaling",
                     help="comma-separated cases: readme, evaluate, scaling")
     ap.add_argument("--json", dest="json_out", default=None, help="write every run here")
+    ap.add_argument("--gpus", default=None, help="scaling: comma-separated GPU counts "
+                    "(default 8,16,32,64; --quick 8,16)")
+    ap.add_argument("--trials", type=int, default=None, help="scaling: trials per study "
+                    "(default 100; --quick 10)")
     a = ap.parse_args()
     only = set(a.only.split(","))
     runs: list[dict] = []
@@ -124,7 +130,8 @@ def main() -> None:
         try:
             trees = {"ref": old, "today": ROOT}
             print(f"{'case':<22}{'ref s':>9}{'today s':>9}{'ratio':>7}  answers (ref | today)")
-            for name, args, timeout in cases(a.quick, only, tmp_p):
+            gpus = [int(g) for g in a.gpus.split(",")] if a.gpus else None
+            for name, args, timeout in cases(a.quick, only, tmp_p, gpus, a.trials):
                 walls: dict[str, list[float]] = {"ref": [], "today": []}
                 answers: dict[str, str] = {}
                 for k in range(a.repeat):
