@@ -39,10 +39,11 @@ from hastune.space import SearchSpace
 from hastune.workload import RequestSet
 
 Config = AnyConfig
-RULES = ("structural", "engine", "memory", "zero_load", "equivalent", "capacity")
+RULES = ("structural", "engine", "target", "memory", "zero_load", "equivalent", "capacity")
 RULE_MEANING = {
     "structural": "not a valid deployment of its architecture",
     "engine": "the engine cannot run it (--evaluator real)",
+    "target": "the --target engine cannot launch it as tuned",
     "memory": "weights and KV cache do not fit in GPU memory",
     "zero_load": "misses the TTFT or TPOT SLO even with one request in the system",
     "equivalent": "the same deployment as another one kept",
@@ -293,11 +294,13 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
           evaluate: Callable[[Config], float] | None = None, probe_top: int = 3,
           margin: float | None = None,
           runnable: Callable[[Config], bool] | None = None,
-          lower_bound: float = 0.0) -> PruneReport:
+          lower_bound: float = 0.0,
+          deployable: Callable[[Config], bool] | None = None) -> PruneReport:
     """Apply the rules in order; `evaluate(config) → goodput` (the simulator) supplies the
     lower bound from the `probe_top` best-bounded candidates (none: capacity rule skipped).
     `runnable` (tuning with the real evaluator: can the engine run it?) removes the rest
-    under the `engine` rule, before anything is probed. `lower_bound`: a goodput already
+    under the `engine` rule, before anything is probed; `deployable` (tune --target: can that
+    engine launch it as tuned?) the rest under the `target` rule. `lower_bound`: a goodput already
     reached (another architecture's probes in the same study): the capacity rule uses the
     larger of it and this space's own probes — any reached goodput bounds the optimum below."""
     if margin is None:
@@ -322,6 +325,9 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
         seen.add(ident)
         if runnable is not None and not runnable(cfg):
             removed["engine"] += 1
+            continue
+        if deployable is not None and not deployable(cfg):
+            removed["target"] += 1
             continue
         if not b.memory_ok(cfg):
             removed["memory"] += 1

@@ -24,6 +24,9 @@ STUDY = typer.Option(None, "--study", help="study name (default: from recipe)")
 WORKERS = typer.Option("auto", "--workers", "-w", help="processes that evaluate: auto (the "
                        "cores this machine gives it; 1 on an engine) or a number — the result "
                        "is the same for any")
+TARGET = typer.Option(None, "--target", help="search only what this engine can launch as "
+                      "tuned: vllm, sglang, dynamo or runners (default: every configuration; "
+                      "candidates.csv and the summary say which engines can launch each)")
 PATIENCE = typer.Option(None, "--patience", help="stop once this many evaluations in a row "
                         "did not raise the best goodput (the summary's `stopped` says why it "
                         "stopped); default: run --trials evaluations")

@@ -14,7 +14,7 @@ def tune(
     recipe: Path = o.RECIPE, trials: int = o.TRIALS, sampler: str = o.SAMPLER,
     evaluator: str = o.EVALUATOR, storage: str | None = o.STORAGE, study: str | None = o.STUDY,
     workers: str = o.WORKERS, in_flight: int = o.IN_FLIGHT, out: Path = o.TUNE_OUT,
-    seed: int | None = o.SEED, patience: int | None = o.PATIENCE,
+    seed: int | None = o.SEED, patience: int | None = o.PATIENCE, target: str | None = o.TARGET,
     no_prune: bool = o.NO_PRUNE, as_json: bool = o.JSON, no_plots: bool = o.NO_PLOTS,
     early_stop: bool = o.EARLY_STOP, baseline: Path | None = o.BASELINE,
     max_regression: float = o.MAX_REGRESSION, force: bool = o.FORCE,
@@ -37,7 +37,7 @@ def tune(
               recheck_rounds=recheck_rounds, plots=not no_plots, progress=view,
               trials=trials, sampler=sampler, evaluator=evaluator, storage=storage,
               study=study, workers=workers, in_flight=in_flight, out=str(out), seed=seed,
-              prune=not no_prune, patience=patience,
+              prune=not no_prune, patience=patience, target=target,
               early_stop=early_stop, force=force, backend=backend, ray_address=ray_address,
               engine=engine, launch_cmd=launch_cmd)
     report(res, view, max_regression)

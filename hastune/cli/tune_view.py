@@ -214,6 +214,9 @@ def report(res: Any, view: TuneView, max_regression: float) -> None:
         con.print(f"{s['evaluations']} evaluations, {s['trials']} trials in {s['wall_s']:.1f} "
                   f"s on {s['workers']} worker(s); stopped: {escape(s['stopped'])}; wrote "
                   + ", ".join(str(f) for f in res.files))
+        line = deploy_line(s)
+        if line:
+            con.print(escape(line))
         if s["exit_code"] == EXIT_NO_CONFIG:
             con.print(f"[red]no configuration meets the SLOs[/]: "
                       f"{escape(s['no_config_reason'])}")
@@ -230,3 +233,19 @@ def report(res: Any, view: TuneView, max_regression: float) -> None:
     if res.exit_code:
         sys.exit(res.exit_code)
 
+
+def deploy_line(s: dict) -> str | None:
+    """One line on what DIR/deploy/ holds when it is not simply the best's launch files."""
+    d = s.get("deploy")
+    if not d or (d.get("written") and not d.get("instead_of_best")):
+        return None
+    engine = d["engine"]
+    why = ((s.get("engines") or {}).get(engine) or {}).get("why") or d.get("why") or ""
+    if d.get("instead_of_best"):
+        g, best = d["goodput_rps"], s["goodput_rps"]
+        return (f"deploy/{engine}: {engine} cannot launch the best as tuned ({why}); it holds "
+                f"the best {engine} can: trial #{d['trial']} at {g:.3f} req/s "
+                f"({g / best:.0%} of the best), config in {d['dir']}/config.yaml")
+    return (f"deploy/{engine}: nothing to launch was written: {why or 'see its README.md'}; "
+            f"no configuration evaluated can be launched by {engine} as tuned — tune with "
+            f"--target {engine} for the best it can")

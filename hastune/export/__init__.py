@@ -63,6 +63,21 @@ class ExportResult:
         return out
 
 
+def blocking_for(cfg: ConfigBase, gpus_per_node: int, engine: str,
+                 backend: str = "vllm") -> list[str]:
+    """Why `engine` cannot launch `cfg` as tuned — what `export` would refuse it for, without
+    writing anything (empty: it can). `backend`: Dynamo's engine."""
+    p = plan(cfg, gpus_per_node)
+    if engine == "runners":
+        p = _runners_plan(cfg, p)
+    elif engine == "dynamo" and not p.blocking:
+        from hastune.export.dynamo import backend_blocking
+
+        why = backend_blocking(p, backend)
+        return [why] if why else []
+    return list(p.blocking)
+
+
 def check_model(t: Target, engine: str) -> None:
     """Refuse a model an engine would not read as its model: empty, or starting with `-` (a
     flag to the engine). Any other name or path is written as one literal word."""

@@ -126,13 +126,21 @@ def validate(doc: dict[str, Any]) -> None:
     jsonschema.validate(doc, json.loads(SCHEMA.read_text()))
 
 
+def backend_blocking(p: Plan, backend: str) -> str | None:
+    """Why Dynamo with `backend` cannot launch plan `p` (None: it can)."""
+    if backend == "sglang" and p.topology.moves_embeddings:
+        return ("Dynamo 1.6.1's SGLang backend has no encode-worker role in its blueprints; "
+                "export E/P/D for Dynamo with --backend vllm")
+    return None
+
+
 def write_manifest(res: ExportResult, t: Target, backend: str, dummy: bool) -> list[Path]:
     from hastune.export.scripts import one_line
 
     p = res.plan
-    if backend == "sglang" and p.topology.moves_embeddings:
-        p.blocking.append("Dynamo 1.6.1's SGLang backend has no encode-worker role in its "
-                          "blueprints; export E/P/D for Dynamo with --backend vllm")
+    why = backend_blocking(p, backend)
+    if why:
+        p.blocking.append(why)
         return []
     doc, cmds = manifest(res, t, backend, t.engine_model, dummy)
     bad = [f"{c.name}: {e}" for c in cmds for e in problems(c)]

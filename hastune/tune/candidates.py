@@ -21,14 +21,29 @@ from hastune.config import parse_config
 from hastune.tune.runner import evaluated_trials
 
 TOP_N = 5
+ENGINE_COLUMNS = ("vllm", "sglang", "dynamo", "runners")  # hastune.export.ENGINES
 COLUMNS = ["architecture", "rank", "goodput_rps", "gpus", "goodput_per_gpu", "ttft_p90_s",
-           "tpot_p90_s", "ttft_margin", "tpot_margin", "trial", "deployment", "config"]
+           "tpot_p90_s", "ttft_margin", "tpot_margin", "trial", "deployment",
+           *ENGINE_COLUMNS, "config"]
+
+
+def deploys(cfg: Any, gpus_per_node: int, backend: str) -> dict[str, str]:
+    """Per engine, "yes" (hastune export writes its launch files) or "no: " and why not."""
+    from hastune.export import ENGINES, blocking_for
+
+    out = {}
+    for e in ENGINES:
+        why = blocking_for(cfg, gpus_per_node, e, backend)
+        out[e] = "yes" if not why else "no: " + " ".join(why[0].split())
+    return out
 
 
 def candidates(study: optuna.Study, slo: Any, n: int = TOP_N,
                best_at: dict[str, float] | None = None,
-               best_number: int | None = None) -> list[dict[str, Any]]:
-    """The top `n` distinct configurations per architecture (goodput > 0), best first."""
+               best_number: int | None = None, gpus_per_node: int = 8,
+               backend: str = "vllm") -> list[dict[str, Any]]:
+    """The top `n` distinct configurations per architecture (goodput > 0), best first, each
+    with whether every engine can launch it (`deploys`)."""
     best: dict[str, optuna.trial.FrozenTrial] = {}
     for t in evaluated_trials(study):
         key = t.user_attrs.get("key") or json.dumps(t.user_attrs.get("config"), sort_keys=True)
@@ -43,7 +58,10 @@ def candidates(study: optuna.Study, slo: Any, n: int = TOP_N,
         ranked = sorted(by_arch[arch], key=lambda t: (-float(t.value or 0.0), t.number))[:n]
         for rank, t in enumerate(ranked, 1):
             at = t.user_attrs.get("at_goodput") or (best_at if t.number == best_number else None)
-            out.append(_row(t, arch, rank, at or {}, slo))
+            row = _row(t, arch, rank, at or {}, slo)
+            row["deploys"] = deploys(parse_config(t.user_attrs["config"]), gpus_per_node,
+                                     backend)
+            out.append(row)
     return out
 
 
@@ -65,6 +83,7 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
         w = csv.writer(fh)
         w.writerow(COLUMNS)
         for r in rows:
-            w.writerow(["" if r[c] is None else
+            r = {**r, **r.get("deploys", {})}
+            w.writerow(["" if r.get(c) is None else
                         json.dumps(r[c], sort_keys=True) if c == "config" else r[c]
                         for c in COLUMNS])

@@ -14,7 +14,7 @@ from hastune.export.target import build_target, dump_target
 from hastune.goodput import GoodputResult
 from hastune.jsonio import dumps
 from hastune.tune.candidates import candidates, write_csv
-from hastune.tune.runner import Tuner, evaluated_trials
+from hastune.tune.runner import Tuner, dynamo_backend, evaluated_trials
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
@@ -99,8 +99,40 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
     if final is not None and final.best_run is not None:
         out["at_goodput"] = {k: v for k, v in final.best_run.summary(rec.slo).items()
                              if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}
+    gpn, backend = rec.cluster.gpus_per_node, dynamo_backend(rec)
     out["candidates"] = candidates(study, rec.slo, best_at=out.get("at_goodput"),
-                                   best_number=bt.number if bt else None)
+                                   best_number=bt.number if bt else None, gpus_per_node=gpn,
+                                   backend=backend)
+    if bt is not None:
+        out["engines"] = engines(study, parse_config(best_cfg), gpn, backend)
+    return out
+
+
+def engines(study: optuna.Study, best: Any, gpus_per_node: int,
+            backend: str) -> dict[str, dict[str, Any]]:
+    """Per engine: whether it can launch the best as tuned (`deploys`, and `why` not), and
+    where it cannot, the best evaluated configuration it can (`best_deployable`: config,
+    goodput, trial; None when no evaluated one is)."""
+    from hastune.export import ENGINES, blocking_for
+
+    ranked = sorted(evaluated_trials(study), key=lambda t: (-float(t.value or 0.0), t.number))
+    out: dict[str, dict[str, Any]] = {}
+    for e in ENGINES:
+        why = blocking_for(best, gpus_per_node, e, backend)
+        row: dict[str, Any] = {"deploys": not why, "why": " ".join(why[0].split()) if why
+                               else None}
+        if why:
+            row["best_deployable"] = None
+            for t in ranked:
+                if float(t.value or 0.0) <= 0:
+                    break
+                if not blocking_for(parse_config(t.user_attrs["config"]), gpus_per_node, e,
+                                    backend):
+                    row["best_deployable"] = {"config": t.user_attrs["config"],
+                                              "goodput_rps": float(t.value or 0.0),
+                                              "trial": t.number}
+                    break
+        out[e] = row
     return out
 
 
@@ -142,7 +174,7 @@ def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
         p.write_text(header + yaml.safe_dump(dump_config(cfg), sort_keys=False)
                      + yaml.safe_dump({TARGET_KEY: dump_target(target)}, sort_keys=False))
         written.append(p)
-        written += write_deploy(out, p, cfg, target, summary)
+        written += write_deploy(out, p, cfg, target, summary, tuner)
     p = out / "candidates.csv"
     write_csv(summary.get("candidates", []), p)
     written.append(p)
@@ -158,9 +190,12 @@ def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
 
 
 def write_deploy(out: Path, config_file: Path, cfg: Any, target: Any,
-                 summary: dict[str, Any]) -> list[Path]:
+                 summary: dict[str, Any], tuner: Tuner | None = None) -> list[Path]:
     """DIR/deploy/<engine>/: the launch files for the engine the recipe names (vLLM unless
-    it names SGLang; none for TensorRT-LLM, said in the summary)."""
+    it names SGLang; none for TensorRT-LLM, said in the summary). Where that engine cannot
+    launch the best as tuned, the folder holds the best evaluated configuration it can
+    (summary's `engines`), its config beside the scripts and the summary saying so; with
+    none, nothing is written and the folder is not named as written."""
     from hastune.export import export
 
     engine = target.engine.name
@@ -168,10 +203,29 @@ def write_deploy(out: Path, config_file: Path, cfg: Any, target: Any,
         summary["deploy"] = {"engine": engine, "written": False,
                              "why": f"hastune export has no {engine} launch files"}
         return []
-    res = export(cfg, target, engine, out / "deploy" / engine, config_file=str(config_file))
+    where = out / "deploy" / engine
+    res = export(cfg, target, engine, where, config_file=str(config_file))
     summary["deploy"] = {"engine": engine, "dir": str(res.out), "written": res.written,
                          "not_expressed": res.plan.notes, "blocking": res.plan.blocking}
-    return [res.out]
+    if res.written:
+        return [res.out]
+    alt = (summary.get("engines", {}).get(engine) or {}).get("best_deployable")
+    if alt is None or tuner is None:
+        return []
+    alt_cfg = parse_config(alt["config"])
+    alt_target = build_target(tuner.recipe, alt_cfg, alt["goodput_rps"], tuner.recipe_sha256)
+    p = where / "config.yaml"
+    where.mkdir(parents=True, exist_ok=True)
+    p.write_text(f"# The best configuration {engine} can launch as tuned (trial "
+                 f"#{alt['trial']}, {alt['goodput_rps']:.3f} req/s): the tuned best cannot be "
+                 f"expressed by {engine} (summary.json: deploy)\n"
+                 + yaml.safe_dump(dump_config(alt_cfg), sort_keys=False)
+                 + yaml.safe_dump({TARGET_KEY: dump_target(alt_target)}, sort_keys=False))
+    res = export(alt_cfg, alt_target, engine, where, config_file=str(p))
+    summary["deploy"].update(written=res.written, config=alt["config"],
+                             goodput_rps=alt["goodput_rps"], trial=alt["trial"],
+                             instead_of_best=True)
+    return [res.out] if res.written else []
 
 
 def write_plots(out: Path, summary: dict[str, Any], final: GoodputResult | None,

@@ -37,7 +37,8 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
             rep = prune(tuner.recipe, tuner.simulation.profile, tuner.simulation.requests, space,
                         evaluate=record, probe_top=opts.probe_top, margin=tuner.margin,
                         lower_bound=report["lower_bound_rps"],
-                        runnable=None if tuner.evaluator is tuner.simulation else tuner.runnable)
+                        runnable=None if tuner.evaluator is tuner.simulation else tuner.runnable,
+                        deployable=tuner.deployable if opts.target else None)
             cands += [(c.bound, c.config) for c in rep.kept]
             for r, n in rep.removed.items():
                 report["rules"][r] += n
@@ -48,6 +49,8 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
                 report["total"] += 1
                 if tuner.evaluator is not tuner.simulation and not tuner.runnable(c):
                     report["rules"]["engine"] += 1
+                elif opts.target and not tuner.deployable(c):
+                    report["rules"]["target"] += 1
                 elif tuner.feasible(c):
                     cands.append((0.0, c))
                 else:

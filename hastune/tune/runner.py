@@ -63,6 +63,7 @@ class TuneOptions:
     workers: int | str = "auto"    # evaluation processes; "auto": the cores this one may use
     in_flight: int = 2              # evaluations under way at once (the result depends on it,
     #                                 not on workers)
+    target: str | None = None       # only what this engine can launch (hastune.export.ENGINES)
     patience: int | None = None     # stop once this many evaluations in a row did not raise
     #                                 the best goodput (None: run to --trials)
     out: str = "tune-out"
@@ -111,6 +112,12 @@ class Tuner:
         if opts.trials < 1:
             raise InputError(None, "--trials", f"must be ≥ 1 (got {opts.trials})",
                              "give the number of evaluations to run")
+        from hastune.export import ENGINES
+
+        if opts.target is not None and opts.target not in ENGINES:
+            raise InputError(None, "--target", f"unknown engine {opts.target!r}",
+                             f"use one of {', '.join(ENGINES)}, or leave it out to search "
+                             "every configuration")
         if opts.patience is not None and (isinstance(opts.patience, bool) or not isinstance(
                 opts.patience, int) or opts.patience < 1):
             raise InputError(None, "--patience", f"must be a whole number ≥ 1 (got "
@@ -162,7 +169,8 @@ class Tuner:
             self.reaper.reap(study)  # repair what dead processes left
             self.history = check_resume(study, study_identity(
                 self.recipe, self.recipe_sha256, self.opts.sampler, self.seed,
-                self.opts.evaluator + (f" on {self.opts.engine}" if self.opts.engine else "")),
+                self.opts.evaluator + (f" on {self.opts.engine}" if self.opts.engine else "")
+                + (f", for {self.opts.target}" if self.opts.target else "")),
                 self.opts.force, self.opts.storage or self.opts.out)
         except storage_errors() as exc:
             raise InputError(self.opts.storage or self.opts.out, "--storage",
@@ -172,6 +180,14 @@ class Tuner:
 
     def feasible(self, cfg: Config) -> bool:
         return self.bounds.memory_ok(cfg)
+
+    def deployable(self, cfg: Config, engine: str | None = None) -> bool:
+        """Whether `engine` (default: --target) can launch `cfg` as tuned."""
+        from hastune.export import blocking_for
+
+        engine = engine or self.opts.target
+        return engine is None or not blocking_for(cfg, self.recipe.cluster.gpus_per_node,
+                                                  engine, dynamo_backend(self.recipe))
 
     def runnable(self, cfg: Config) -> bool:
         """Whether the evaluator can measure `cfg` (the simulator: anything the recipe can
@@ -187,6 +203,9 @@ class Tuner:
         attrs = study.user_attrs
         survivors = attrs["survivors"]
         configs = [parse_config(d) for d in survivors]
+        if self.opts.target:  # a study pruned for another target, continued with --force
+            keep = [i for i, c in enumerate(configs) if self.deployable(c)]
+            survivors, configs = [survivors[i] for i in keep], [configs[i] for i in keep]
         self.prepared = Prepared(survivors, attrs["prune_report"], configs,
                                  [trial_key(c) for c in configs],
                                  attrs.get("warm_start", []))
@@ -347,3 +366,8 @@ class Tuner:
 def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
     return study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
         study._study_id, number))
+
+
+def dynamo_backend(recipe: Recipe) -> str:
+    """The engine Dynamo runs for this recipe (its engine where Dynamo has it, else vLLM)."""
+    return recipe.engine.name if recipe.engine.name in ("vllm", "sglang") else "vllm"
