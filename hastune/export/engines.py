@@ -9,7 +9,8 @@ kv_producer / kv_consumer); the disaggregated encoder through `--ec-transfer-con
 instances share a node or a filesystem) with `--mm-encoder-only` on encode instances; replicas
 and P/D behind vllm-router 0.1.17, E/P/D behind the EPD proxy of vLLM's examples.
 SGLang 0.5.23: `python3 -m sglang.launch_server` per instance; encoders `--encoder-only`,
-language servers `--language-only --encoder-urls …`; P/D `--disaggregation-mode prefill|decode`
+prefill servers `--language-only --encoder-urls … --encoder-bootstrap-port` (one port each);
+P/D `--disaggregation-mode prefill|decode`
 (NIXL transfer backend); sglang-router 0.3.2 in front (`--pd-disaggregation` for P/D).
 """
 
@@ -17,7 +18,14 @@ from __future__ import annotations
 
 from hastune.archs.deploy import Topology
 from hastune.export.flags import Command
-from hastune.export.plan import BOOTSTRAP_PORT, ROUTER_PORT, SIDE_PORT, Instance, Plan
+from hastune.export.plan import (
+    BOOTSTRAP_PORT,
+    ENCODER_BOOTSTRAP_PORT,
+    ROUTER_PORT,
+    SIDE_PORT,
+    Instance,
+    Plan,
+)
 from hastune.export.target import Target
 
 EC_PATH = "/tmp/hastune-ec-cache"
@@ -122,10 +130,13 @@ def sglang_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
             c.add("--encoder-only")
             if p.encode_batch:
                 c.add("--max-running-requests", p.encode_batch)
-        elif p.topology.moves_embeddings:
+        elif p.topology.moves_embeddings and inst.role == "prefill":
+            # the language server that takes the encoders' embeddings (SGLang's EPD docs:
+            # decode servers are plain P/D decode servers); each runs an encoder bootstrap
+            # server, 8997 unless told: one port each, or two on a host collide
             c.add("--language-only")
-            if inst.role == "prefill":
-                c.add("--encoder-urls", *encoders)
+            c.add("--encoder-urls", *encoders)
+            c.add("--encoder-bootstrap-port", ENCODER_BOOTSTRAP_PORT + inst.index)
         if inst.role in ("prefill", "decode") and p.topology.moves_kv:
             c.add("--disaggregation-mode", inst.role)
             c.add("--disaggregation-transfer-backend", "nixl")

@@ -19,6 +19,7 @@ ROUTER_PORT = 8000
 BASE_PORT = {"encode": 8100, "prefill": 8200, "decode": 8300, "replica": 8400}
 SIDE_PORT = 5600      # vLLM NIXL side channel / SGLang bootstrap ports start here
 BOOTSTRAP_PORT = 8998
+ENCODER_BOOTSTRAP_PORT = 8600  # SGLang's encoder bootstrap server, one per language-only server
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from hastune.export.target import Target, pools
 from tests.export.conftest import script_commands
 
 KINDS = {"flag", "int", "float", "json", "str"}
+PORT_FLAGS = ("--disaggregation-bootstrap-port", "--encoder-bootstrap-port")
+PORT_ENV = ("VLLM_NIXL_SIDE_CHANNEL_PORT",)
 
 
 def parsed(words: list[str]) -> list[tuple[str, list[str]]]:
@@ -121,6 +123,18 @@ def test_every_emitted_flag_exists_in_the_pinned_version(tmp_path_factory, data,
         for g in c.env["CUDA_VISIBLE_DEVICES"].split(","):
             assert (c.node, g) not in by_node
             by_node[(c.node, g)] = c.name
+    ports: dict[tuple[int, str], str] = {}
+    for c in servers:  # no port taken twice on a node: servers, bootstraps, side channels
+        flags = dict(c.flags)
+        taken = [str(c.port)] + [str(flags[f][0]) for f in PORT_FLAGS if f in flags]
+        taken += [c.env[v] for v in PORT_ENV if v in c.env]
+        for port in taken:
+            assert (c.node, port) not in ports, (c.name, port, ports[(c.node, port)])
+            ports[(c.node, port)] = c.name
+    if engine == "sglang" and res.plan.topology.moves_embeddings:  # SGLang's EPD docs
+        for c in servers:
+            lang = "--language-only" in dict(c.flags)
+            assert lang == c.name.startswith("P"), (c.name, c.flags)
     if not res.plan.closest:  # the tuned deployment itself: every GPU it counts, once
         assert len(used) == cfg.gpus
     elif res.plan.closest_config is not None:  # what was emitted, as a config to evaluate
