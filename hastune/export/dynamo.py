@@ -73,11 +73,15 @@ def _worker(inst: Instance, backend: str, t: Target, model: str, topology: Topol
         return c
     if backend == "vllm":
         c.add("--disaggregation-mode", inst.role)
-        if inst.role == "prefill":
+        # both sides name their connector: Dynamo 1.6.1 gives a vLLM worker none unless told
+        # (dynamo/vllm/args.py: "the default is already no connector"; its migration maps
+        # prefill to kv_producer and decode to kv_consumer)
+        if inst.role in ("prefill", "decode"):
             c.add("--kv-transfer-config", {"kv_connector": "NixlConnector",
-                                           "kv_role": "kv_producer"})
-            if topology.moves_embeddings:
-                c.add("--route-to-encoder")
+                                           "kv_role": "kv_producer" if inst.role == "prefill"
+                                           else "kv_consumer"})
+        if inst.role == "prefill" and topology.moves_embeddings:
+            c.add("--route-to-encoder")
         if topology.moves_embeddings:
             c.add("--enable-multimodal")
     else:

@@ -82,6 +82,8 @@ def vllm_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
             # nixl/base_scheduler.py): numbered by the instance's first GPU
             c.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(SIDE_PORT + 64 * inst.node
                                                        + inst.gpus[0])
+            if p.nodes > 1:  # vLLM advertises "localhost" unless told: its node's address
+                c.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = f"$NODE_ADDR_{inst.node}"
         out.append(c)
     out.append(_vllm_front(p))
     return out

@@ -2,7 +2,8 @@
 replica.sh, router.sh) and launch.sh, which starts them in order, waits for each server's
 /health, starts the router last and stops everything on Ctrl-C, TERM or exit.
 
-Every script runs under `set -euo pipefail`; ports bind on $HOST (127.0.0.1 unless set), the
+Every script runs under `set -euo pipefail`; ports bind on $HOST (unless set: 127.0.0.1 on
+one node, 0.0.0.0 where the deployment spans nodes, so the other nodes reach it), the
 model is $MODEL (the target's, unless set), $EXTRA_ARGS is appended to every server, and on a
 deployment over several nodes each script starts only the instances of $NODE_RANK and reaches
 the others at $NODE_ADDR_<k>.
@@ -90,8 +91,8 @@ def preamble(model: str, nodes: int, title: str, extra: bool = False) -> str:
     return (f"#!/usr/bin/env bash\n# {one_line(title)}\n# Written by `hastune export`; see "
             "README.md beside it.\n" + quiet + "set -euo pipefail\n"
             f'if [ -z "${{MODEL:-}}" ]; then MODEL={literal(model)}; fi\n'
-            'HOST="${HOST:-127.0.0.1}"\n'
-            'LOG_DIR="${LOG_DIR:-./logs}"\nNODE_RANK="${NODE_RANK:-0}"\n' + addrs
+            + f'HOST="${{HOST:-{"0.0.0.0" if nodes > 1 else "127.0.0.1"}}}"\n'
+            + 'LOG_DIR="${LOG_DIR:-./logs}"\nNODE_RANK="${NODE_RANK:-0}"\n' + addrs
             + ('read -r -a EXTRA <<< "${EXTRA_ARGS:-}"\n' if extra else "")
             + 'mkdir -p "$LOG_DIR"\n'
             "export MODEL HOST LOG_DIR NODE_RANK\n")

@@ -131,6 +131,14 @@ def test_every_emitted_flag_exists_in_the_pinned_version(tmp_path_factory, data,
         for port in taken:
             assert (c.node, port) not in ports, (c.name, port, ports[(c.node, port)])
             ports[(c.node, port)] = c.name
+    many = res.plan.nodes > 1  # other nodes must reach it: bind all, advertise the node
+    for sh in d.glob("*.sh"):
+        assert ('HOST="${HOST:-0.0.0.0}"' if many else 'HOST="${HOST:-127.0.0.1}"') in \
+            sh.read_text()
+    for c in servers:
+        if engine == "vllm" and "--kv-transfer-config" in dict(c.flags):
+            assert c.env.get("VLLM_NIXL_SIDE_CHANNEL_HOST") == (
+                f"$NODE_ADDR_{c.node}" if many else None)
     if engine == "sglang" and res.plan.topology.moves_embeddings:  # SGLang's EPD docs
         for c in servers:
             lang = "--language-only" in dict(c.flags)
@@ -225,6 +233,14 @@ def test_dynamo_manifest_validates_against_the_pinned_schema(tmp_path):
                        for c in doc["spec"]["components"]
                        for ct in c["podTemplate"]["spec"]["containers"])
             assert gpus == cfg.gpus
+            for comp in doc["spec"]["components"]:  # Dynamo 1.6.1 gives vLLM no connector
+                args = comp["podTemplate"]["spec"]["containers"][0].get("args", [])
+                if backend == "vllm" and comp["type"] in ("prefill", "decode"):
+                    cfg_json = json.loads(args[args.index("--kv-transfer-config") + 1])
+                    want = "kv_producer" if comp["type"] == "prefill" else "kv_consumer"
+                    assert cfg_json == {"kv_connector": "NixlConnector", "kv_role": want}
+                elif backend == "vllm":
+                    assert "--kv-transfer-config" not in args
             n += 1
     assert n == 5
     bad = yaml.safe_load((tmp_path / "1-vllm" / "dgd.yaml").read_text())
