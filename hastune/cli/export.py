@@ -91,6 +91,11 @@ def export(
         con = Console(highlight=False)
         for line in res.lines():
             con.print(escape(line))
+    if not res.written and res.plan.model_blocking:
+        raise InputError(config, "target.model", f"{engine} cannot serve this model here: "
+                         + res.plan.model_blocking[0],
+                         "export for another engine (--engine vllm, or runners), or tune "
+                         f"with --target {engine} for a deployment it can launch")
     if not res.written:
         raise InputError(config, "architecture", f"{engine} cannot express this deployment: "
                          + "; ".join(res.plan.blocking[:1]),

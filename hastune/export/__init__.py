@@ -64,10 +64,14 @@ class ExportResult:
 
 
 def blocking_for(cfg: ConfigBase, gpus_per_node: int, engine: str,
-                 backend: str = "vllm") -> list[str]:
+                 backend: str = "vllm", architecture: str | None = None,
+                 multimodal: bool = False) -> list[str]:
     """Why `engine` cannot launch `cfg` as tuned — what `export` would refuse it for, without
-    writing anything (empty: it can). `backend`: Dynamo's engine."""
+    writing anything (empty: it can). `backend`: Dynamo's engine; `architecture` (the model's
+    Hugging Face architecture) and `multimodal` (the workload sends media): what the engine's
+    pinned model registry says of the model (hastune.export.models)."""
     p = plan(cfg, gpus_per_node)
+    _model_check(p, engine, backend, architecture, multimodal)
     if engine == "runners":
         p = _runners_plan(cfg, p)
     elif engine == "dynamo" and not p.blocking:
@@ -76,6 +80,18 @@ def blocking_for(cfg: ConfigBase, gpus_per_node: int, engine: str,
         why = backend_blocking(p, backend)
         return [why] if why else []
     return list(p.blocking)
+
+
+def _model_check(p: Plan, engine: str, backend: str, architecture: str | None,
+                 multimodal: bool) -> None:
+    """Add to `p.blocking` what the engine (Dynamo: its backend) says of the model."""
+    from hastune.export.models import model_blocking
+
+    if p.blocking or engine == "runners":
+        return
+    p.model_blocking = model_blocking(backend if engine == "dynamo" else engine, architecture,
+                                      p.topology, multimodal)
+    p.blocking += p.model_blocking
 
 
 def check_model(t: Target, engine: str) -> None:
@@ -107,6 +123,7 @@ def export(cfg: ConfigBase, target: Target, engine: str, out: str | Path,
     out = Path(out)
     check_model(target, engine)
     p = plan(cfg, target.gpus_per_node, closest=closest)
+    _model_check(p, engine, backend or _backend(target), target.architecture, target.multimodal)
     if engine == "runners":
         p = _runners_plan(cfg, p)
     res = ExportResult(engine, out, p)

@@ -44,6 +44,7 @@ class Plan(Deployment):
 
     instances: list[Instance] = field(default_factory=list)
     nodes: int = 1
+    model_blocking: list[str] = field(default_factory=list)  # the engine refuses the model
 
     def role(self, role: Role) -> list[Instance]:
         return [i for i in self.instances if i.role == role]

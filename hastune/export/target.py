@@ -40,6 +40,16 @@ HF_REPOS = {
     "qwen2-72b": "Qwen/Qwen2-72B-Instruct",
 }
 
+# their Hugging Face `architectures[0]`: what an engine's model registry resolves
+HF_ARCHITECTURES = {
+    "llava-v1.6-34b": "LlavaNextForConditionalGeneration",
+    "qwen2.5-vl-32b": "Qwen2_5_VLForConditionalGeneration",
+    "ultravox-v0.6-27b": "UltravoxModel",
+    "llama-30b": "LlamaForCausalLM",
+    "codellama2-34b": "LlamaForCausalLM",
+    "qwen2-72b": "Qwen2ForCausalLM",
+}
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -80,6 +90,9 @@ class Target(_Strict):
     model_config_path: str | None = Field(default=None, description="the config.json read")
     model_config_sha256: str | None = None
     hf_repo: str | None = Field(default=None, description="what an engine loads (named models)")
+    architecture: str | None = Field(default=None, description="the model's Hugging Face "
+                                     "architecture: what an engine's registry resolves")
+    multimodal: bool = Field(default=False, description="the workload sends media")
     checkpoint_precision: str = "bf16"
     gpu: str
     gpus: int = Field(ge=1, description="GPUs the deployment uses")
@@ -108,6 +121,26 @@ class Target(_Strict):
 
 def sha256_file(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def hf_architecture(recipe: Recipe) -> str | None:
+    """The model's Hugging Face architecture (config.json's first `architectures`, or the
+    shipped name's); None where neither says."""
+    import json
+
+    cj = config_json(recipe)
+    if cj is None:
+        return HF_ARCHITECTURES.get(recipe.model)
+    try:
+        archs_ = json.loads(cj.read_text()).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(archs_[0]) if archs_ and isinstance(archs_[0], str) else None
+
+
+def multimodal(recipe: Recipe) -> bool:
+    """Whether the workload sends media (images, audio, video)."""
+    return any(k != "text" and share > 0 for k, share in recipe.workload.mix.items())
 
 
 def config_json(recipe: Recipe) -> Path | None:
@@ -142,6 +175,7 @@ def build_target(recipe: Recipe, cfg: ConfigBase, goodput_rps: float,
         model_config_path=str(cj.resolve()) if cj is not None else None,
         model_config_sha256=sha256_file(cj) if cj is not None and cj.is_file() else None,
         hf_repo=HF_REPOS.get(recipe.model), checkpoint_precision=str(ckpt),
+        architecture=hf_architecture(recipe), multimodal=multimodal(recipe),
         gpu=recipe.cluster.gpu, gpus=cfg.gpus, gpus_per_node=recipe.cluster.gpus_per_node,
         precision=precision_of(recipe, arch),
         engine=TargetEngine(name=recipe.engine.name, version=recipe.engine.version),

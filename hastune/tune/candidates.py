@@ -27,13 +27,14 @@ COLUMNS = ["architecture", "rank", "goodput_rps", "gpus", "goodput_per_gpu", "tt
            *ENGINE_COLUMNS, "config"]
 
 
-def deploys(cfg: Any, gpus_per_node: int, backend: str) -> dict[str, str]:
-    """Per engine, "yes" (hastune export writes its launch files) or "no: " and why not."""
+def deploys(cfg: Any, gpus_per_node: int, facts: tuple) -> dict[str, str]:
+    """Per engine, "yes" (hastune export writes its launch files) or "no: " and why not;
+    `facts`: hastune.tune.runner.model_facts."""
     from hastune.export import ENGINES, blocking_for
 
     out = {}
     for e in ENGINES:
-        why = blocking_for(cfg, gpus_per_node, e, backend)
+        why = blocking_for(cfg, gpus_per_node, e, *facts)
         out[e] = "yes" if not why else "no: " + " ".join(why[0].split())
     return out
 
@@ -41,7 +42,7 @@ def deploys(cfg: Any, gpus_per_node: int, backend: str) -> dict[str, str]:
 def candidates(study: optuna.Study, slo: Any, n: int = TOP_N,
                best_at: dict[str, float] | None = None,
                best_number: int | None = None, gpus_per_node: int = 8,
-               backend: str = "vllm") -> list[dict[str, Any]]:
+               facts: tuple = ("vllm", None, False)) -> list[dict[str, Any]]:
     """The top `n` distinct configurations per architecture (goodput > 0), best first, each
     with whether every engine can launch it (`deploys`)."""
     best: dict[str, optuna.trial.FrozenTrial] = {}
@@ -60,7 +61,7 @@ def candidates(study: optuna.Study, slo: Any, n: int = TOP_N,
             at = t.user_attrs.get("at_goodput") or (best_at if t.number == best_number else None)
             row = _row(t, arch, rank, at or {}, slo)
             row["deploys"] = deploys(parse_config(t.user_attrs["config"]), gpus_per_node,
-                                     backend)
+                                     facts)
             out.append(row)
     return out
 

@@ -14,7 +14,7 @@ from hastune.export.target import build_target, dump_target
 from hastune.goodput import GoodputResult
 from hastune.jsonio import dumps
 from hastune.tune.candidates import candidates, write_csv
-from hastune.tune.runner import Tuner, dynamo_backend, evaluated_trials
+from hastune.tune.runner import Tuner, evaluated_trials, model_facts
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
@@ -99,17 +99,17 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
     if final is not None and final.best_run is not None:
         out["at_goodput"] = {k: v for k, v in final.best_run.summary(rec.slo).items()
                              if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}
-    gpn, backend = rec.cluster.gpus_per_node, dynamo_backend(rec)
+    gpn, facts = rec.cluster.gpus_per_node, model_facts(rec)
     out["candidates"] = candidates(study, rec.slo, best_at=out.get("at_goodput"),
                                    best_number=bt.number if bt else None, gpus_per_node=gpn,
-                                   backend=backend)
+                                   facts=facts)
     if bt is not None:
-        out["engines"] = engines(study, parse_config(best_cfg), gpn, backend)
+        out["engines"] = engines(study, parse_config(best_cfg), gpn, facts)
     return out
 
 
 def engines(study: optuna.Study, best: Any, gpus_per_node: int,
-            backend: str) -> dict[str, dict[str, Any]]:
+            facts: tuple) -> dict[str, dict[str, Any]]:
     """Per engine: whether it can launch the best as tuned (`deploys`, and `why` not), and
     where it cannot, the best evaluated configuration it can (`best_deployable`: config,
     goodput, trial; None when no evaluated one is)."""
@@ -118,7 +118,7 @@ def engines(study: optuna.Study, best: Any, gpus_per_node: int,
     ranked = sorted(evaluated_trials(study), key=lambda t: (-float(t.value or 0.0), t.number))
     out: dict[str, dict[str, Any]] = {}
     for e in ENGINES:
-        why = blocking_for(best, gpus_per_node, e, backend)
+        why = blocking_for(best, gpus_per_node, e, *facts)
         row: dict[str, Any] = {"deploys": not why, "why": " ".join(why[0].split()) if why
                                else None}
         if why:
@@ -127,7 +127,7 @@ def engines(study: optuna.Study, best: Any, gpus_per_node: int,
                 if float(t.value or 0.0) <= 0:
                     break
                 if not blocking_for(parse_config(t.user_attrs["config"]), gpus_per_node, e,
-                                    backend):
+                                    *facts):
                     row["best_deployable"] = {"config": t.user_attrs["config"],
                                               "goodput_rps": float(t.value or 0.0),
                                               "trial": t.number}

@@ -187,7 +187,7 @@ class Tuner:
 
         engine = engine or self.opts.target
         return engine is None or not blocking_for(cfg, self.recipe.cluster.gpus_per_node,
-                                                  engine, dynamo_backend(self.recipe))
+                                                  engine, *model_facts(self.recipe))
 
     def runnable(self, cfg: Config) -> bool:
         """Whether the evaluator can measure `cfg` (the simulator: anything the recipe can
@@ -371,3 +371,11 @@ def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
 def dynamo_backend(recipe: Recipe) -> str:
     """The engine Dynamo runs for this recipe (its engine where Dynamo has it, else vLLM)."""
     return recipe.engine.name if recipe.engine.name in ("vllm", "sglang") else "vllm"
+
+
+def model_facts(recipe: Recipe) -> tuple[str, str | None, bool]:
+    """What `hastune.export.blocking_for` needs of a recipe beside the config: Dynamo's
+    backend, the model's Hugging Face architecture, whether the workload sends media."""
+    from hastune.export.target import hf_architecture, multimodal
+
+    return dynamo_backend(recipe), hf_architecture(recipe), multimodal(recipe)

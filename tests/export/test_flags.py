@@ -192,11 +192,18 @@ def test_tuned_examples_export_for_both_engines(tuned, tmp_path):
         for engine in ("vllm", "sglang"):
             out = tmp_path / ex / engine
             r = hastune("export", str(cfg), "--engine", engine, "--out", str(out), "--json")
-            if r.returncode == 2:  # not expressible as tuned: said, and --closest emits
+            if r.returncode == 2 and "cannot serve this model" not in r.stderr:
+                # not expressible as tuned: said, and --closest emits
                 assert "--closest" in r.stderr and (out / "README.md").exists(), r.stderr
                 assert not list(out.glob("*.sh"))
                 r = hastune("export", str(cfg), "--engine", engine, "--out", str(out),
                             "--closest", "--json")
+            if r.returncode == 2 and "cannot serve this model" in r.stderr:
+                # the pinned engine lacks the model (SGLang 0.5.23: LLaVA-NeXT, Ultravox):
+                # said with the engines that can, nothing launchable written
+                assert "--engine vllm" in r.stderr and not list(out.glob("*.sh")), r.stderr
+                assert engine == "sglang" and ex.startswith(("audio", "image")), (ex, r.stderr)
+                continue
             assert r.returncode == 0, r.stderr
             info = json.loads(r.stdout)
             assert info["written"] and (out / "launch.sh").exists()

@@ -81,7 +81,9 @@ def recipe_with_model(tmp: Path, name: str) -> tuple[Path, Path]:
     path and the folder's."""
     folder = tmp / "models" / name
     folder.mkdir(parents=True)
-    shutil.copy(ROOT / "examples" / "models" / "llama-3.1-8b" / "config.json", folder)
+    # a model both pinned engines serve in every shape, E/P/D included (vLLM's encode-only
+    # instance needs a multimodal model; SGLang's encoder disaggregation lists Qwen2.5-VL)
+    shutil.copy(ROOT / "examples" / "models" / "qwen2.5-vl-7b" / "config.json", folder)
     data = yaml.safe_load((ROOT / "examples" / "llama31-8b-h100-fp8.yaml").read_text())
     data.update(model=f"models/{name}", name=name)
     rec = tmp / "recipe.yaml"

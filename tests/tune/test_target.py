@@ -24,6 +24,8 @@ from hastune import archs
 from hastune.config import parse_config
 from hastune.export import ENGINES, blocking_for, export
 from hastune.export.target import build_target
+from hastune.recipe import load_recipe
+from hastune.tune.runner import model_facts
 from tests.generated import random_recipe, space
 from tests.tune.conftest import hastune
 
@@ -41,10 +43,11 @@ def test_blocking_for_is_what_export_refuses(tmp_path_factory, seed, arch, gpn):
     rec = rec.model_copy(update={"cluster": rec.cluster.model_copy(
         update={"gpus_per_node": gpn})})
     target = build_target(rec, cfg, 1.0)
+    facts = model_facts(rec)
     out = tmp_path_factory.mktemp("export")
     for engine in ENGINES:
-        why = blocking_for(cfg, gpn, engine, "vllm")
-        res = export(cfg, target, engine, out / engine, backend="vllm")
+        why = blocking_for(cfg, gpn, engine, *facts)
+        res = export(cfg, target, engine, out / engine, backend=facts[0])
         assert res.written == (not why), (engine, why, res.plan.blocking)
         if not why:
             assert res.plan.blocking == []
@@ -70,14 +73,15 @@ def test_the_summary_says_which_engines_launch_the_best_and_what_they_can(small_
     small_recipe.write_text(yaml.safe_dump(data))
     s = _tune(small_recipe, tmp_path / "out")
     gpn = 8
+    facts = model_facts(load_recipe(small_recipe))
     best = parse_config(s["best_config"])
     evals = _evaluated(tmp_path / "out")
     for engine, e in s["engines"].items():
-        why = blocking_for(best, gpn, engine, "vllm")
+        why = blocking_for(best, gpn, engine, *facts)
         assert e["deploys"] == (not why)
         if why:
             can = [float(t.value) for t in evals if float(t.value or 0) > 0 and not
-                   blocking_for(parse_config(t.user_attrs["config"]), gpn, engine, "vllm")]
+                   blocking_for(parse_config(t.user_attrs["config"]), gpn, engine, *facts)]
             got = e["best_deployable"]
             assert (got is None) == (not can)
             if got is not None:
@@ -112,7 +116,58 @@ def test_target_searches_only_what_the_engine_can_launch(small_recipe, tmp_path)
     assert s["pruned"]["rules"]["target"] > 0
     evals = _evaluated(tmp_path / "out")
     assert evals
+    facts = model_facts(load_recipe(small_recipe))
     for t in evals:
-        assert not blocking_for(parse_config(t.user_attrs["config"]), 8, "vllm", "vllm")
+        assert not blocking_for(parse_config(t.user_attrs["config"]), 8, "vllm", *facts)
     assert s["engines"]["vllm"]["deploys"] and s["deploy"]["written"]
     assert (tmp_path / "out" / "deploy" / "vllm" / "launch.sh").exists()
+
+
+@pytest.mark.parametrize("model,arch,engine,topology,refused", [
+    ("llava-v1.6-34b", "epd-static", "sglang", "epd",
+     "no model class for LlavaNextForConditionalGeneration"),
+    ("qwen2.5-vl-32b", "epd-static", "sglang", "epd", None),
+    ("ultravox-v0.6-27b", "fudg", "sglang", "pd", "no model class for UltravoxModel"),
+    ("ultravox-v0.6-27b", "epd-static", "vllm", "epd", None),
+    ("llava-v1.6-34b", "epd-static", "dynamo", "epd", None),
+])
+def test_engines_refuse_models_as_their_pinned_registries_do(model, arch, engine, topology,
+                                                             refused, tmp_path):
+    """What the engines' wheels say (hastune/export/engine_models.json): SGLang 0.5.23 has no
+    class for LLaVA-NeXT's or Ultravox's Hugging Face architecture (its Transformers fallback
+    is text only) and disaggregates the encoder of Qwen2.5-VL; vLLM 0.33.0 serves all three,
+    E/P/D included (Dynamo as its vLLM backend)."""
+    root = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples"
+    rec = load_recipe(root / {"llava-v1.6-34b": "image-llava-8xa100.yaml",
+                              "qwen2.5-vl-32b": "video-qwen-8xa100.yaml",
+                              "ultravox-v0.6-27b": "audio-ultravox-8xa100.yaml"}[model])
+    assert rec.model == model
+    cfg = parse_config({"architecture": "epd-static", "n_E": 2, "n_P": 2, "n_D": 4}
+                       if arch == "epd-static" else
+                       {"architecture": "fudg", "prefill_instances": 4, "decode_instances": 4})
+    why = blocking_for(cfg, 8, engine, *model_facts(rec))
+    res = export(cfg, build_target(rec, cfg, 1.0), engine, tmp_path / "out")
+    assert res.plan.topology == topology
+    if refused is None:
+        assert not why and res.written
+    else:
+        assert any(refused in w for w in why) and not res.written
+        assert (tmp_path / "out" / "README.md").exists()
+        assert not list((tmp_path / "out").glob("*.sh"))
+
+
+def test_sglang_disaggregates_only_the_encoders_its_hook_lists():
+    from hastune.archs.deploy import Topology
+    from hastune.export.models import model_blocking, tables
+
+    # a class, but not on the hook's list: P/D yes, E/P/D no
+    assert "LlavaForConditionalGeneration" in tables()["sglang"]["generate"]
+    assert not model_blocking("sglang", "LlavaForConditionalGeneration", Topology.PD, True)
+    why = model_blocking("sglang", "LlavaForConditionalGeneration", Topology.EPD, True)
+    assert why and "pd_disaggregation_hook" in why[0]
+    # a text model with no class of its own: the fallback serves text
+    assert not model_blocking("sglang", "NoSuchForCausalLM", Topology.PD, False)
+    assert model_blocking("vllm", "NoSuchForCausalLM", Topology.PD, False)
+    for engine in ("vllm", "sglang"):  # the tables say where they come from
+        src = tables()[engine]["source"]
+        assert src["wheel"].startswith(engine) and len(src["wheel_sha256"]) == 64
