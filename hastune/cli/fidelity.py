@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -39,6 +40,9 @@ def fidelity(
     prefill_scale: bool = typer.Option(False, "--prefill-scale", help="fit a sixth term, "
                                        "the prompt tokens' kernel time on top of the kernel "
                                        "scale (held at 1 otherwise; docs/fidelity.md)"),
+    shipped: bool = typer.Option(False, "--shipped", help="score the engine terms as shipped "
+                                 "(no refit) on every row: each scored, or unsupported with "
+                                 "why; --rows lists them"),
 ) -> None:
     """Simulate every measured run (one aggregated instance, closed-loop clients, fixed
     lengths), fit the engine terms per (engine, GPU) with folds that leave whole isl × osl
@@ -54,6 +58,12 @@ def fidelity(
         raise InputError(None, "--engine", f"unknown engine {engine!r}",
                          f"use one of {', '.join(ENGINES)}, or leave --engine out for all")
     con = Console(stderr=True, highlight=False)
+    if shipped:
+        if write or prefill_scale:
+            raise InputError(None, "--shipped", "scores the shipped terms: nothing is fitted",
+                             "drop --write / --prefill-scale, or drop --shipped to fit")
+        _shipped(measurements, _models(model), engine, rows, as_json, con)
+        return
     only = (lambda c: c.engine == engine) if engine else None
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"
                   "/{task.total}"), TimeElapsedColumn(), console=con, transient=True,
@@ -93,6 +103,54 @@ def fidelity(
             print(f"wrote {out['written']}")
     if code:
         raise typer.Exit(code)
+
+
+def _shipped(measurements: Path, models: dict[str, str], engine: str | None, rows: bool,
+             as_json: bool, con: Console) -> None:
+    """`--shipped`: every row with the shipped terms; a table per engine (or one JSON)."""
+    from hastune.fidelity import shipped
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"
+                  "/{task.total}"), TimeElapsedColumn(), console=con, transient=True,
+                  disable=as_json) as bar:
+        task = bar.add_task("simulating", total=None)
+
+        def progress(what: str, done: int, total: int) -> None:
+            bar.update(task, description=what, completed=done, total=total)
+
+        res = shipped.score(measurements, models,
+                            only=(lambda r: r.engine == engine) if engine else None,
+                            progress=progress)
+    if engine is not None and not res["rows"]:
+        raise InputError(measurements, "--engine", f"no rows of engine {engine!r}",
+                         "give the engine of some of its rows, or leave --engine out")
+    if not rows:
+        res = {k: v for k, v in res.items() if k != "rows"}
+    if as_json:
+        print(dumps(res))
+        return
+    out = Console(highlight=False)
+    t = Table(title=f"shipped engine terms on {measurements} ({res['coverage']:.0%} of rows "
+              "scored)")
+    for col in ("engine", "rows", "scored", "TTFT |err| %", "TTFT bias %", "TPOT |err| %",
+                "TPOT bias %", "unsupported, by reason"):
+        t.add_column(col)
+
+    def pct(v: float | None, signed: bool) -> str:
+        return "-" if v is None else f"{v:+.0f}" if signed else f"{v:.0f}"
+
+    for e, b in res["engines"].items():
+        cells = [pct(b[k], "bias" in k) for k in ("ttft_median_abs_pct", "ttft_bias_pct",
+                                                   "tpot_median_abs_pct", "tpot_bias_pct")]
+        why = "; ".join(f"{n} {r}" for r, n in list(b["unsupported_by"].items())[:3])
+        t.add_row(e, str(b["rows"]), str(b["scored"]), *cells, why or "-")
+    out.print(t)
+    for r in res.get("rows", []):
+        tt, tp = r["ttft_ms"], r["tpot_ms"]
+        sim = (f"TTFT {tt['measured']:.4g} → {tt['simulated']:.4g} ms, TPOT "
+               f"{tp['measured']:.4g} → {tp['simulated']:.4g} ms"
+               if r["status"] == "scored" else r["reason"])
+        out.print(escape(f"{r['id']}: {r['engine']} {r['gpu']} {r['mode']}: {sim}"))
 
 
 def _fmt(b: dict) -> str:

@@ -124,11 +124,92 @@ def _case(row: dict, p: Path, line: int) -> Case:
 
 
 def model_dir(name: str, extra: dict[str, str], path: Path) -> str:
-    """The config folder of the file's model `name` (`--model NAME=DIR` first)."""
+    """The config of the file's model `name`: `--model NAME=DIR` first, then the configs
+    shipped in examples/models, then aiconfigurator-core's packaged model configs (its
+    model_configs/<org>--<name>_config.json; the `kernels` extra)."""
     if name in extra:
         return extra[name]
     if name in MODELS:
         root = Path(__file__).resolve().parent.parent.parent / "examples" / "models"
         return str(root / MODELS[name])
+    packaged = aic_model_config(name)
+    if packaged is not None:
+        return str(packaged)
     raise InputError(path, "model_path", f"no model config for {name!r}",
                      f"pass --model '{name}=DIR' (a folder holding its config.json)")
+
+
+def aic_model_config(name: str) -> Path | None:
+    """aiconfigurator-core's packaged config.json of Hugging Face model `name`, or None (not
+    installed, or not packaged). Only its model_configs folder is read."""
+    import importlib.util
+
+    if "/" not in name or ".." in name:
+        return None
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    org, _, model = name.partition("/")
+    p = Path(list(spec.submodule_search_locations)[0]) / "model_configs" / \
+        f"{org}--{model}_config.json"
+    return p if p.is_file() else None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a measurements file as `fidelity --shipped` reads it: the case it stands
+    for, or why it cannot be simulated (`reason`)."""
+
+    id: str
+    engine: str
+    model: str
+    system: str
+    mode: str
+    ttft_ms: float
+    tpot_ms: float
+    line: int
+    case: Case | None = None
+    reason: str | None = None
+
+
+def read_rows(path: str | Path) -> list[Row]:
+    """Every row of the file, each a case or the reason it is not one (a disaggregated run, an
+    unknown system or precision, a bad number): nothing dropped. The file itself (missing,
+    too large, columns missing) is refused as in `read_cases`."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(p, None, "no such measurements file", "give the path of a CSV in the "
+                         "silicon format (e.g. hastune/data/calibration/e2e/silicon_llama31.csv)")
+    if p.stat().st_size > MAX_BYTES:
+        raise InputError(p, None, f"larger than {MAX_BYTES >> 20} MiB", "split the file")
+    out = []
+    with p.open(newline="", encoding="utf-8", errors="replace") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InputError(p, ", ".join(missing), "missing column(s)", "give a CSV in the "
+                             "silicon format, header " + ",".join(REQUIRED))
+        for line, row in enumerate(reader, start=2):
+            cell = {k: (v or "").strip() for k, v in row.items() if isinstance(k, str)}
+            base = dict(id=cell.get("id") or f"line{line}", engine=cell.get("backend", ""),
+                        model=cell.get("model_path", ""), system=cell.get("system", ""),
+                        mode=cell.get("mode", ""), ttft_ms=_maybe(cell.get("silicon_ttft_ms")),
+                        tpot_ms=_maybe(cell.get("silicon_tpot_ms")), line=line)
+            if base["mode"] != "agg":
+                out.append(Row(**base, reason=f"mode {base['mode'] or '(empty)'}: a "
+                               "disaggregated run (prefill and decode workers) is not "
+                               "simulated by fidelity yet"))
+                continue
+            try:
+                out.append(Row(**base, case=_case(row, p, line)))
+            except InputError as exc:
+                out.append(Row(**base, reason=f"{exc.field}: {exc.problem}"))
+    return out
+
+
+def _maybe(raw: str | None) -> float:
+    """A cell as a number, nan when it is not one."""
+    try:
+        return float(raw or "")
+    except ValueError:
+        return float("nan")

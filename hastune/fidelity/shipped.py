@@ -1,0 +1,122 @@
+"""`hastune fidelity CSV --shipped`: the engine terms as shipped (hastune/engine_fitted.py, no
+refit on the file) on every row of a file of measured runs — what a user's recipe gets on that
+engine, GPU and model. Each row is `scored` (its simulated mean TTFT and TPOT beside the
+measured) or `unsupported` with the reason (a disaggregated run, a system or model hastune has
+no profile or config for, a precision it does not model): nothing is dropped, and the coverage
+is part of the answer. Rows are simulated as `fidelity` simulates them (hastune.fidelity.run:
+one aggregated instance, the benchmark's clients); a model's config is found without `--model`
+in examples/models or in aiconfigurator-core's packaged model configs."""
+
+from __future__ import annotations
+
+import re
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hastune import engine_terms as et
+from hastune.errors import InputError
+from hastune.fidelity.rows import Row, read_rows
+from hastune.fidelity.run import recipe_for, simulate
+
+
+def score(path: str | Path, models: dict[str, str] | None = None,
+          only: Callable[[Row], bool] | None = None,
+          progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
+    """Every row of `path` with the shipped terms: {"rows": [...], "engines": {engine:
+    summary}, "coverage", "wall_s"}."""
+    from hastune.evaluators.profile import resolve_profile
+
+    t0 = time.perf_counter()
+    path = Path(path)
+    rows = [r for r in read_rows(path) if only is None or only(r)]
+    profiles: dict[tuple, Any] = {}
+    out = []
+    for i, r in enumerate(rows):
+        if progress:
+            progress("simulating (shipped terms)", i, len(rows))
+        out.append(_row(r, path, models or {}, profiles, resolve_profile))
+    scored = [o for o in out if o["status"] == "scored"]
+    by_engine: dict[str, list[dict]] = defaultdict(list)
+    for o in out:
+        by_engine[o["engine"]].append(o)
+    return {"file": str(path), "terms": "shipped", "rows": out,
+            "coverage": len(scored) / len(out) if out else 0.0,
+            "engines": {e: summary(v) for e, v in sorted(by_engine.items())},
+            "wall_s": time.perf_counter() - t0}
+
+
+def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) -> dict:
+    base = {"id": r.id, "engine": r.engine, "model": r.model, "gpu": r.system,
+            "mode": r.mode, "line": r.line}
+    measured = {"ttft_ms": {"measured": r.ttft_ms, "simulated": None},
+                "tpot_ms": {"measured": r.tpot_ms, "simulated": None}}
+    if r.case is None:
+        return {**base, "status": "unsupported", "reason": r.reason, **measured}
+    c = r.case
+    try:
+        rec = recipe_for(c, models, path)
+        key = (rec.model, c.weights, c.gpu, c.engine)
+        if key not in profiles:
+            profiles[key] = resolve(rec, quiet=True)[0]
+    except (InputError, ValueError) as exc:
+        why = (f"{exc.field + ': ' if exc.field else ''}{exc.problem}"
+               if isinstance(exc, InputError) else " ".join(str(exc).split()))
+        return {**base, "gpu": c.gpu, "status": "unsupported", "reason": why, **measured}
+    prof = profiles[key]
+    terms = et.for_profile(rec.engine, prof)
+    note = None
+    if terms is None:
+        note = ("the engine terms are off for this profile (measured on a device, or turned "
+                "off): the kernels alone")
+    else:  # the benchmark client the row was measured with, as `fidelity` simulates it
+        terms = replace(terms, frontend=replace(
+            terms.frontend, queued=(c.engine, c.gpu) in et.FRONTEND_QUEUED))
+        if terms.gpu != c.gpu:
+            note = (f"no terms fitted on {c.gpu} for {c.engine}: the engine's pooled ones "
+                    f"({terms.fitted_on or 'none'})")
+    try:
+        with warnings.catch_warnings():  # a run with no second token: its TPOT is nan
+            warnings.simplefilter("ignore", RuntimeWarning)
+            s = simulate(c, prof, terms, rec)
+    except ValueError as exc:  # the profile lacks what the row needs (a TP degree, …)
+        return {**base, "gpu": c.gpu, "status": "unsupported",
+                "reason": " ".join(str(exc).split()), **measured}
+    return {**base, "gpu": c.gpu, "status": "scored", "reason": note,
+            "ttft_ms": {"measured": c.ttft_ms, "simulated": s.ttft_ms},
+            "tpot_ms": {"measured": c.tpot_ms, "simulated": s.tpot_ms}}
+
+
+def cause(reason: str) -> str:
+    """A reason's kind, to count rows by: the field it names (a row's line number dropped),
+    or what a profile lacks."""
+    if "tensor-parallel variant" in reason:
+        return "profile: no such tensor-parallel degree"
+    reason = re.sub(r"^line \d+: ", "", reason)
+    return reason.split(":")[0].split(" (")[0]
+
+
+def summary(rows: list[dict]) -> dict[str, Any]:
+    """An engine's rows: how many, how many scored, and of those the median |error| and the
+    median signed error (bias) of mean TTFT and TPOT, in percent."""
+    scored = [r for r in rows if r["status"] == "scored"]
+    out: dict[str, Any] = {"rows": len(rows), "scored": len(scored)}
+    for k in ("ttft_ms", "tpot_ms"):
+        errs = np.array([r[k]["simulated"] / r[k]["measured"] - 1.0 for r in scored
+                         if r[k]["measured"] and np.isfinite(r[k]["simulated"])])
+        name = k[:4]
+        out[f"{name}_median_abs_pct"] = float(np.median(np.abs(errs))) * 100 if errs.size \
+            else None
+        out[f"{name}_bias_pct"] = float(np.median(errs)) * 100 if errs.size else None
+    reasons: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if r["status"] == "unsupported":
+            reasons[cause(str(r["reason"]))] += 1
+    out["unsupported_by"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
+    return out
