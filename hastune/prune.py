@@ -295,9 +295,11 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
           margin: float | None = None,
           runnable: Callable[[Config], bool] | None = None,
           lower_bound: float = 0.0,
-          deployable: Callable[[Config], bool] | None = None) -> PruneReport:
+          deployable: Callable[[Config], bool] | None = None,
+          evaluate_many: Callable[[list[Config]], list[float]] | None = None) -> PruneReport:
     """Apply the rules in order; `evaluate(config) → goodput` (the simulator) supplies the
-    lower bound from the `probe_top` best-bounded candidates (none: capacity rule skipped).
+    lower bound from the `probe_top` best-bounded candidates (none: capacity rule skipped;
+    `evaluate_many`, given, evaluates them together: the same values).
     `runnable` (tuning with the real evaluator: can the engine run it?) removes the rest
     under the `engine` rule, before anything is probed; `deployable` (tune --target: can that
     engine launch it as tuned?) the rest under the `target` rule. `lower_bound`: a goodput already
@@ -354,10 +356,13 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
             if a in allocs:
                 continue
             allocs.add(a)
-            c.goodput = evaluate(c.config)
             probed.append(c)
             if len(probed) >= probe_top:
                 break
+        values = (evaluate_many([c.config for c in probed]) if evaluate_many is not None
+                  else [evaluate(c.config) for c in probed])
+        for c, v in zip(probed, values):
+            c.goodput = v
         report.lower_bound = max([lower_bound] + [c.goodput or 0.0 for c in probed])
         lb = report.lower_bound
         keep = [c for c in cands if c.goodput is not None or keeps(recipe, c.bound, margin, lb)]

@@ -29,7 +29,7 @@ def _goodput(cfg_dict: dict) -> float:
 
 
 def run_grid(recipe_path: str | Path, prune_first: bool = True,
-             workers: int | str = "auto") -> dict:
+             workers: int | str = 1) -> dict:
     """Every configuration's goodput (after the analytic pruning rules, unless not
     `prune_first`), best first; in `workers` processes ("auto": the cores this process may
     use) — each configuration's number is its own, so the table is the same for any."""

@@ -23,9 +23,11 @@ Config = AnyConfig
 
 
 def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], float],
-                done: Callable[[], set[str]]) -> None:
+                done: Callable[[], set[str]],
+                record_many: Callable[[list[Config]], list[float]] | None = None) -> None:
     """Prune, rank, and store the result on `study`. `record(cfg)` evaluates a probe as a
-    trial (or reads its goodput back); `done()` the keys evaluated so far."""
+    trial (or reads its goodput back), `record_many` several at once (in parallel where the
+    command has processes); `done()` the keys evaluated so far."""
     opts = tuner.opts
     cands: list[tuple[float, Config]] = []
     report: dict[str, Any] = {"total": 0, "kept": 0, "rules": dict.fromkeys(RULES, 0),
@@ -35,7 +37,8 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
     for space in tuner.spaces.values():
         if opts.prune:
             rep = prune(tuner.recipe, tuner.simulation.profile, tuner.simulation.requests, space,
-                        evaluate=record, probe_top=opts.probe_top, margin=tuner.margin,
+                        evaluate=record, evaluate_many=record_many,
+                        probe_top=opts.probe_top, margin=tuner.margin,
                         lower_bound=report["lower_bound_rps"],
                         runnable=None if tuner.evaluator is tuner.simulation else tuner.runnable,
                         deployable=tuner.deployable if opts.target else None)

@@ -60,7 +60,9 @@ class TuneOptions:
     evaluator: str = "sim"
     storage: str | None = None
     study: str | None = None
-    workers: int | str = "auto"    # evaluation processes; "auto": the cores this one may use
+    workers: int | str = 1          # evaluation processes; "auto": the cores this one may use
+    #                                 (the CLI's default; a script that asks for more than 1
+    #                                 needs `if __name__ == "__main__":`, as spawn does)
     in_flight: int = 2              # evaluations under way at once (the result depends on it,
     #                                 not on workers)
     target: str | None = None       # only what this engine can launch (hastune.export.ENGINES)
@@ -157,6 +159,7 @@ class Tuner:
         self.history: list[dict] = []  # the settings the study was searched with
         self.kept: tuple[float, int, Any] | None = None  # (goodput, trial, search): the best
         self.stop_reason: str | None = None  # why the search stopped (the summary says)
+        self.evaluations: Inline | Processes | None = None  # this command's (run_workers)
 
     # -- the study ------------------------------------------------------------------------
     def open_study(self, worker: int = 0) -> optuna.Study:
@@ -217,11 +220,14 @@ class Tuner:
         def record(cfg: Config) -> float:
             return self._record(study, cfg, on_trial)
 
+        def record_many(cfgs: list[Config]) -> list[float]:
+            return self._record_many(study, cfgs, on_trial)
+
         def done() -> set[str]:
             return set(census(study).evaluated)
 
         if is_memory(study):  # no other process can see it
-            prune_study(self, study, record, done)
+            prune_study(self, study, record, done, record_many)
             return
         mine: optuna.Trial | None = None
         pruned = False
@@ -239,7 +245,7 @@ class Tuner:
                     mine = new_trial(study, role="prepare")
                     continue
                 if mine is not None and preparers[0] == mine.number:
-                    prune_study(self, study, record, done)
+                    prune_study(self, study, record, done, record_many)
                     pruned = True
                     break
                 waited = time.monotonic() - t0
@@ -256,6 +262,46 @@ class Tuner:
                     mine.set_user_attr("reason", "pruned the study" if pruned
                                        else "waited for another process's pruning")
                     finish(study, mine, state=FAIL)
+
+    def _record_many(self, study: optuna.Study, cfgs: list[Config],
+                     on_trial: Callable[[optuna.trial.FrozenTrial], None] | None
+                     ) -> list[float]:
+        """`_record` of several configurations at once: each claimed in turn, those this
+        process won evaluated together in its pool (`self.evaluations`, else one by one),
+        their results told in the order claimed; the others read back as `_record` does."""
+        pool = self.evaluations
+        won: dict[int, tuple[optuna.Trial, Config]] = {}
+        for i, cfg in enumerate(cfgs):
+            key = trial_key(cfg)
+            c = census(study)
+            if pool is None or key in c.evaluated or key in c.claimed:
+                continue
+            trial = new_trial(study, self.pz.to_params(cfg))
+            got = self.pz.suggest(trial)
+            if got is None or trial_key(got) != key:
+                raise AssertionError(f"parameters of {key} describe {got}")
+            trial.set_user_attr("key", key)
+            outcome, _ = claim(study, trial, key, quota=None)
+            if outcome != "won":
+                trial.set_user_attr("reason", "in progress in another worker")
+                finish(study, trial, state=FAIL)
+                continue
+            pool.submit(trial.number, got, None)
+            won[i] = (trial, got)
+        out = []
+        try:
+            for i, cfg in enumerate(cfgs):
+                if i in won:
+                    trial, got = won.pop(i)
+                    o = pool.result(trial.number)  # type: ignore[union-attr]
+                    out.append(self.tell(study, trial, got, o, on_trial, "prune-probe"))
+                else:
+                    out.append(self._record(study, cfg, on_trial))
+        finally:
+            for trial, _ in won.values():  # cut off: failed, so that a resume evaluates them
+                with contextlib.suppress(Exception):
+                    finish(study, trial, state=FAIL)
+        return out
 
     def _record(self, study: optuna.Study, cfg: Config,
                 on_trial: Callable[[optuna.trial.FrozenTrial], None] | None) -> float:
@@ -355,11 +401,12 @@ class Tuner:
         skopt = (SkoptProposer(self.pz, self.seed + worker,
                                lambda c: trial_key(c) in prep.allowed)
                  if self.opts.sampler == "skopt" else None)
-        pool = self.pool()
+        pool = self.evaluations or self.pool()
         try:
             Search(self, study, prep, skopt, on_trial, pool).run()
         finally:
-            pool.close()
+            if pool is not self.evaluations:
+                pool.close()
         self.reaper.reap(study)
 
 

@@ -23,6 +23,8 @@ def run_workers(tuner: Any, st: Any, recipe: str, progress: Progress) -> tuple[b
 
     failures: list[str] = []
     try:
+        if hasattr(tuner, "pool"):  # started before pruning: its probes use it too
+            tuner.evaluations = tuner.pool()
         tuner.prepare(st, on_trial=progress.trial)
         tuner.work(st, 0, on_trial=progress.trial)
     except WorkerDied as exc:
@@ -37,4 +39,8 @@ def run_workers(tuner: Any, st: Any, recipe: str, progress: Progress) -> tuple[b
         failures.append(str(exc) if isinstance(exc, TuneError) else
                         f"the study's storage failed ({root_cause(exc)}); the trials finished "
                         "before it are kept in it: fix it and run the same command to resume")
+    finally:
+        if getattr(tuner, "evaluations", None) is not None:
+            tuner.evaluations.close()
+            tuner.evaluations = None
     return False, failures
