@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -65,14 +66,7 @@ def fidelity(
         _shipped(measurements, _models(model), engine, rows, as_json, con)
         return
     only = (lambda c: c.engine == engine) if engine else None
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"
-                  "/{task.total}"), TimeElapsedColumn(), console=con, transient=True,
-                  disable=as_json) as bar:
-        task = bar.add_task("simulating", total=None)
-
-        def progress(what: str, done: int, total: int) -> None:
-            bar.update(task, description=what, completed=done, total=total)
-
+    with _bar(con, as_json) as progress:
         card = score.run(measurements, _models(model), only=only, progress=progress,
                          prefill=prefill_scale)
     if engine is not None and not card.rows:
@@ -105,19 +99,26 @@ def fidelity(
         raise typer.Exit(code)
 
 
-def _shipped(measurements: Path, models: dict[str, str], engine: str | None, rows: bool,
-             as_json: bool, con: Console) -> None:
-    """`--shipped`: every row with the shipped terms; a table per engine (or one JSON)."""
-    from hastune.fidelity import shipped
-
+@contextmanager
+def _bar(con: Console, quiet: bool):
+    """A progress bar on stderr (none with --json): yields `progress(what, done, total)`."""
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"
                   "/{task.total}"), TimeElapsedColumn(), console=con, transient=True,
-                  disable=as_json) as bar:
+                  disable=quiet) as bar:
         task = bar.add_task("simulating", total=None)
 
         def progress(what: str, done: int, total: int) -> None:
             bar.update(task, description=what, completed=done, total=total)
 
+        yield progress
+
+
+def _shipped(measurements: Path, models: dict[str, str], engine: str | None, rows: bool,
+             as_json: bool, con: Console) -> None:
+    """`--shipped`: every row with the shipped terms; a table per engine (or one JSON)."""
+    from hastune.fidelity import shipped
+
+    with _bar(con, as_json) as progress:
         res = shipped.score(measurements, models,
                             only=(lambda r: r.engine == engine) if engine else None,
                             progress=progress)

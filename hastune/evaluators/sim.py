@@ -19,8 +19,8 @@ from hastune.profile import Profile
 from hastune.recipe import MAX_REQUESTS, Recipe
 from hastune.runs import RunResult
 from hastune.sim import Simulator
-from hastune.sim.common import StopRule
 from hastune.sim.instance import InstanceTiming
+from hastune.sim.stoprule import StopRule
 from hastune.sim.warmup import steady_run
 from hastune.space import SearchSpace
 from hastune.stability import Stability, stopped, unjudged

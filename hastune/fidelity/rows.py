@@ -68,8 +68,9 @@ def _num(row: dict, key: str, path: Path, line: int, integer: bool = False) -> f
     return v
 
 
-def read_cases(path: str | Path) -> list[Case]:
-    """The file's aggregated runs; InputError naming the line and column of anything wrong."""
+def _rows(path: str | Path):
+    """(path, [(line, row)]) of a measurements file after the checks of the file itself:
+    it exists, is not too large, has the required columns."""
     p = Path(path)
     if not p.is_file():
         raise InputError(p, None, "no such measurements file", "give the path of a CSV in the "
@@ -82,11 +83,14 @@ def read_cases(path: str | Path) -> list[Case]:
         if missing:
             raise InputError(p, ", ".join(missing), "missing column(s)", "give a CSV in the "
                              "silicon format, header " + ",".join(REQUIRED))
-        out = []
-        for line, row in enumerate(reader, start=2):
-            if (row.get("mode") or "").strip() != "agg":
-                continue  # disaggregated rows: not an aggregated instance
-            out.append(_case(row, p, line))
+        return p, list(enumerate(reader, start=2))
+
+
+def read_cases(path: str | Path) -> list[Case]:
+    """The file's aggregated runs; InputError naming the line and column of anything wrong."""
+    p, rows = _rows(path)
+    out = [_case(row, p, line) for line, row in rows
+           if (row.get("mode") or "").strip() == "agg"]  # disaggregated rows: not one instance
     if not out:
         raise InputError(p, "mode", "no aggregated (mode agg) rows", "give aggregated runs")
     return out
@@ -176,34 +180,23 @@ def read_rows(path: str | Path) -> list[Row]:
     """Every row of the file, each a case or the reason it is not one (a disaggregated run, an
     unknown system or precision, a bad number): nothing dropped. The file itself (missing,
     too large, columns missing) is refused as in `read_cases`."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(p, None, "no such measurements file", "give the path of a CSV in the "
-                         "silicon format (e.g. hastune/data/calibration/e2e/silicon_llama31.csv)")
-    if p.stat().st_size > MAX_BYTES:
-        raise InputError(p, None, f"larger than {MAX_BYTES >> 20} MiB", "split the file")
+    p, rows = _rows(path)
     out = []
-    with p.open(newline="", encoding="utf-8", errors="replace") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
-        if missing:
-            raise InputError(p, ", ".join(missing), "missing column(s)", "give a CSV in the "
-                             "silicon format, header " + ",".join(REQUIRED))
-        for line, row in enumerate(reader, start=2):
-            cell = {k: (v or "").strip() for k, v in row.items() if isinstance(k, str)}
-            base = dict(id=cell.get("id") or f"line{line}", engine=cell.get("backend", ""),
-                        model=cell.get("model_path", ""), system=cell.get("system", ""),
-                        mode=cell.get("mode", ""), ttft_ms=_maybe(cell.get("silicon_ttft_ms")),
-                        tpot_ms=_maybe(cell.get("silicon_tpot_ms")), line=line)
-            if base["mode"] != "agg":
-                out.append(Row(**base, reason=f"mode {base['mode'] or '(empty)'}: a "
-                               "disaggregated run (prefill and decode workers) is not "
-                               "simulated by fidelity yet"))
-                continue
-            try:
-                out.append(Row(**base, case=_case(row, p, line)))
-            except InputError as exc:
-                out.append(Row(**base, reason=f"{exc.field}: {exc.problem}"))
+    for line, row in rows:
+        cell = {k: (v or "").strip() for k, v in row.items() if isinstance(k, str)}
+        base = dict(id=cell.get("id") or f"line{line}", engine=cell.get("backend", ""),
+                    model=cell.get("model_path", ""), system=cell.get("system", ""),
+                    mode=cell.get("mode", ""), ttft_ms=_maybe(cell.get("silicon_ttft_ms")),
+                    tpot_ms=_maybe(cell.get("silicon_tpot_ms")), line=line)
+        if base["mode"] != "agg":
+            out.append(Row(**base, reason=f"mode {base['mode'] or '(empty)'}: a "
+                           "disaggregated run (prefill and decode workers) is not "
+                           "simulated by fidelity yet"))
+            continue
+        try:
+            out.append(Row(**base, case=_case(row, p, line)))
+        except InputError as exc:
+            out.append(Row(**base, reason=f"{exc.field}: {exc.problem}"))
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from hastune.runs import RunResult
-from hastune.sim.common import StopRule
+from hastune.sim.stoprule import StopRule
 
 if TYPE_CHECKING:
     from hastune.workload import RequestSet

@@ -29,12 +29,13 @@ from hastune.config import AnyConfig
 from hastune.policies.encode import policies_for
 from hastune.profile import DecodeSpec, EncodeSpec, PrefillSpec, Profile
 from hastune.runs import RunResult
-from hastune.sim.common import EventLoop, StopRule, build_result, check_gpus, request_lists
+from hastune.sim.common import EventLoop, build_result, check_gpus, request_lists
 from hastune.sim.decode import DecodeWorker
 from hastune.sim.encode import EncodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER
 from hastune.sim.network import Network
 from hastune.sim.prefill import PrefillWorker
+from hastune.sim.stoprule import StopRule
 from hastune.workload import RequestSet
 
 

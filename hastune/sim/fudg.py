@@ -29,11 +29,12 @@ from hastune.cluster import Cluster
 from hastune.profile import Profile
 from hastune.recipe import SLO
 from hastune.runs import RunResult
-from hastune.sim.common import EventLoop, StopRule, build_result, check_gpus, request_lists
+from hastune.sim.common import EventLoop, build_result, check_gpus, request_lists
 from hastune.sim.decode import DecodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE
 from hastune.sim.instance import InstanceTiming
 from hastune.sim.links import DuplexNetwork
+from hastune.sim.stoprule import StopRule
 from hastune.workload import RequestSet
 
 # event kinds after common.ARRIVE (0), a closed-loop client's next request

@@ -276,12 +276,7 @@ class Tuner:
             c = census(study)
             if pool is None or key in c.evaluated or key in c.claimed:
                 continue
-            trial = new_trial(study, self.pz.to_params(cfg))
-            got = self.pz.suggest(trial)
-            if got is None or trial_key(got) != key:
-                raise AssertionError(f"parameters of {key} describe {got}")
-            trial.set_user_attr("key", key)
-            outcome, _ = claim(study, trial, key, quota=None)
+            trial, got, outcome = self._claim_probe(study, cfg, key)
             if outcome != "won":
                 trial.set_user_attr("reason", "in progress in another worker")
                 finish(study, trial, state=FAIL)
@@ -303,6 +298,17 @@ class Tuner:
                     finish(study, trial, state=FAIL)
         return out
 
+    def _claim_probe(self, study: optuna.Study, cfg: Config, key: str
+                     ) -> tuple[optuna.Trial, Config, str]:
+        """A new trial with `cfg`'s parameters fixed, claiming it (claims.claim's outcome)."""
+        trial = new_trial(study, self.pz.to_params(cfg))
+        got = self.pz.suggest(trial)
+        if got is None or trial_key(got) != key:
+            raise AssertionError(f"parameters of {key} describe {got}")
+        trial.set_user_attr("key", key)
+        outcome, _ = claim(study, trial, key, quota=None)
+        return trial, got, outcome
+
     def _record(self, study: optuna.Study, cfg: Config,
                 on_trial: Callable[[optuna.trial.FrozenTrial], None] | None) -> float:
         """Evaluate one configuration as a trial of the study (pruning's probes), or read its
@@ -313,12 +319,7 @@ class Tuner:
             if key in c.evaluated:
                 return c.evaluated[key]
             if key not in c.claimed:
-                trial = new_trial(study, self.pz.to_params(cfg))
-                got = self.pz.suggest(trial)
-                if got is None or trial_key(got) != key:
-                    raise AssertionError(f"parameters of {key} describe {got}")
-                trial.set_user_attr("key", key)
-                outcome, value = claim(study, trial, key, quota=None)
+                trial, got, outcome = self._claim_probe(study, cfg, key)
                 if outcome == "won":
                     return self._evaluate_and_tell(study, trial, got, on_trial,
                                                    incumbent=None, source="prune-probe")

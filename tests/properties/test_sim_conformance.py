@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from hastune import archs
 from hastune.evaluators.sim import Evaluation
-from hastune.sim.common import StopRule
+from hastune.sim.stoprule import StopRule
 from tests.generated import SPACES, random_recipe, space
 
 QUICK = {"min_span": 5.0, "min_requests": 300, "extend": 2.0, "max_probes": 30}

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hastune.sim.common import ARRIVE, EventLoop, StopRule, Watcher
+from hastune.sim.common import ARRIVE, EventLoop
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER, SimulationError
+from hastune.sim.stoprule import StopRule, Watcher
 from hastune.workload import RequestSet
 
 

@@ -31,10 +31,11 @@ from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
 from hastune.profile import Profile
 from hastune.recipe import SLO
-from hastune.sim.common import StopRule, check_gpus
+from hastune.sim.common import check_gpus
 from hastune.sim.instance import InstanceTiming
 from hastune.sim.nodg.run import Run
 from hastune.sim.result import RunResult
+from hastune.sim.stoprule import StopRule
 from hastune.workload import RequestSet
 
 

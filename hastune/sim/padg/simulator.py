@@ -32,9 +32,10 @@ from hastune.policies import Verdict
 from hastune.profile import Profile
 from hastune.recipe import SLO
 from hastune.runs import RunResult
-from hastune.sim.common import StopRule, build_result, check_gpus
+from hastune.sim.common import build_result, check_gpus
 from hastune.sim.instance import InstanceTiming
 from hastune.sim.padg.run import PaDGRun
+from hastune.sim.stoprule import StopRule
 from hastune.workload import RequestSet
 
 
