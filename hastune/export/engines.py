@@ -29,7 +29,10 @@ from hastune.export.plan import (
 from hastune.export.target import Target
 
 EC_PATH = "/tmp/hastune-ec-cache"
-EPD_PROXY = "$VLLM_SRC/examples/online_serving/disaggregated_encoder/disagg_epd_proxy.py"
+# where vLLM keeps its EPD proxy example (examples/disaggregated/ since before 0.29: vLLM's own
+# tests load it from there; the 0.33.0 wheel was built 2026-11-01, after an 2026-08-05 commit
+# that edits it there); not in the wheel: router.sh needs a source checkout ($VLLM_SRC)
+EPD_PROXY = "$VLLM_SRC/examples/disaggregated/disaggregated_encoder/disagg_epd_proxy.py"
 
 
 def url(inst: Instance) -> str:

@@ -255,3 +255,13 @@ def test_dynamo_manifest_validates_against_the_pinned_schema(tmp_path):
     schema = __import__("json").loads(SCHEMA.read_text())
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+def test_router_sh_runs_the_epd_proxy_from_where_its_flags_were_read():
+    """vLLM's EPD proxy is an example in its source tree (examples/disaggregated/ since before
+    0.29, not online_serving/): router.sh names that file, the one its flag set describes."""
+    from hastune.export.engines import EPD_PROXY
+
+    src = F.load("vllm-epd-proxy")["source"]
+    assert EPD_PROXY == "$VLLM_SRC/" + src["path"]
+    assert src["path"].startswith("examples/disaggregated/disaggregated_encoder/")
