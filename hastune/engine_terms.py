@@ -186,6 +186,12 @@ def scheduler_defaults(engine: str, gpu_memory_gib: float, gpu: str = "") -> Sch
     raise ValueError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
 
 
+def queued_client(engine: str, gpu: str | None) -> bool:
+    """Whether the measured runs of (engine, GPU) were taken by a client whose TTFT counts one
+    completion gap more (FRONTEND_QUEUED): how hastune.fidelity simulates them."""
+    return (engine, gpu) in FRONTEND_QUEUED
+
+
 def terms_for(engine: str, gpu: str, gpu_memory_gib: float) -> EngineTerms:
     """The fitted terms of (engine, GPU), else the engine's pooled ones, else none but the
     scheduler's defaults (an engine without measurements: kernels only, said by `fitted_on`)."""

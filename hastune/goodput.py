@@ -184,9 +184,8 @@ def search_goodput(run_at: Callable[[float], RunResult], slo: SLO, start_rate: f
     rate a probe of the final phase passed, or, with none, a short probe's: a lower bound,
     not the answer, and below the incumbent). A configuration whose answer is at least the
     incumbent gets exactly its full search (tests/test_goodput.py, on generated pass/fail
-    rules). Not with `repeat`: a
-    repeated probe can flip, and the bracket move above it. `integer`: rates are numbers of
-    clients (closed loop).
+    rules). Not with `repeat`: a repeated probe can flip, and the bracket move above it.
+    `integer`: rates are numbers of clients (closed loop).
 
     With `repeat` (it says whether a run is within the noise of the SLO) such a probe is run
     again, up to `repeats` runs, and decided by their majority (`repeated`), and so are the

@@ -123,7 +123,8 @@ def export(cfg: ConfigBase, target: Target, engine: str, out: str | Path,
     out = Path(out)
     check_model(target, engine)
     p = plan(cfg, target.gpus_per_node, closest=closest)
-    _model_check(p, engine, backend or _backend(target), target.architecture, target.multimodal)
+    backend = backend or dynamo_backend(target.engine.name)
+    _model_check(p, engine, backend, target.architecture, target.multimodal)
     if engine == "runners":
         p = _runners_plan(cfg, p)
     res = ExportResult(engine, out, p)
@@ -136,7 +137,7 @@ def export(cfg: ConfigBase, target: Target, engine: str, out: str | Path,
         elif engine == "dynamo":
             from hastune.export.dynamo import write_manifest
 
-            res.files += write_manifest(res, target, backend or _backend(target), dummy)
+            res.files += write_manifest(res, target, backend, dummy)
         else:
             res.files += _write_runners(out, config_file)
     if p.closest_config is not None and not p.blocking:
@@ -157,8 +158,10 @@ def _write_closest(out: Path, data: dict) -> Path:
                   text + yaml.safe_dump(dump_config(parse_config(data)), sort_keys=False))
 
 
-def _backend(t: Target) -> str:
-    return t.engine.name if t.engine.name in ("vllm", "sglang") else "vllm"
+def dynamo_backend(engine: str) -> str:
+    """The engine Dynamo runs for a target of `engine` (that one where Dynamo has it, else
+    vLLM)."""
+    return engine if engine in ("vllm", "sglang") else "vllm"
 
 
 def _write_scripts(res: ExportResult, cfg: ConfigBase, t: Target, engine: str,

@@ -30,13 +30,13 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from hastune.engine_terms import (
-    FRONTEND_QUEUED,
     FRONTEND_SPREAD,
     FRONTEND_TOKEN_S,
     STREAM_TOKEN_S,
     EngineTerms,
     FrontEnd,
     Scheduler,
+    queued_client,
 )
 
 NAMES = ("kernel_scale", "iteration_s", "per_seq_s", "frontend_s", "frontend_per_stream_s",
@@ -89,7 +89,7 @@ def terms(engine: str, gpu: str | None, sched: Scheduler, theta, fitted_on: str 
           ) -> EngineTerms:
     k, it, seq, fe, st, pk = (float(x) for x in theta)
     fr = FrontEnd(fe, 0.0, st, FRONTEND_SPREAD.get(engine, 0.0),
-                  (engine, gpu) in FRONTEND_QUEUED, STREAM_TOKEN_S.get(engine, 0.0),
+                  queued_client(engine, gpu), STREAM_TOKEN_S.get(engine, 0.0),
                   *FRONTEND_TOKEN_S.get(engine, (0.0, 0.0)))
     return EngineTerms(engine, gpu, sched, it, seq, k, fr, fitted_on, pk)
 

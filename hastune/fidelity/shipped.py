@@ -77,7 +77,7 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
                 "off): the kernels alone")
     else:  # the benchmark client the row was measured with, as `fidelity` simulates it
         terms = replace(terms, frontend=replace(
-            terms.frontend, queued=(c.engine, c.gpu) in et.FRONTEND_QUEUED))
+            terms.frontend, queued=et.queued_client(c.engine, c.gpu)))
         if terms.gpu != c.gpu:
             note = (f"no terms fitted on {c.gpu} for {c.engine}: the engine's pooled ones "
                     f"({terms.fitted_on or 'none'})")

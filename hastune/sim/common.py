@@ -131,8 +131,8 @@ class EventLoop:
     counts the pre-computed arrivals seen so far."""
 
     __slots__ = ("heap", "seq", "arr", "n_open", "feed", "closed", "arrived", "t", "popped",
-                 "watcher", "stopped", "sent", "rate", "windows", "window", "lists", "left",
-                 "watch_at")
+                 "watcher", "stopped", "sent", "rate", "windows", "window", "rejected",
+                 "gone", "left", "watch_at")
 
     def __init__(self, reqs: RequestSet, rate: float, closed_loop: bool = True,
                  streams: int = 1):
@@ -154,7 +154,8 @@ class EventLoop:
         self.stopped = False
         self.windows: list[int] = []   # request counts still to be judged (StopRule.windows)
         self.window = 0                # the window the run ended at (0: it ran to the end)
-        self.lists: tuple = ()         # the run's request lists (watch)
+        self.rejected: list[int] = []  # the run's rejected requests (watch)
+        self.gone: set[int] = set()    # those of them _gone has read, as a set
         self.left = 0                  # requests below this index are known to have left
         self.watch_at = 0              # the arrival count of the stop rule's next check
 
@@ -165,7 +166,7 @@ class EventLoop:
         if rule is not None and not self.closed:
             self.watcher = Watcher(rule, self.sent if self.sent is not None else self.arr,
                                    t_first, t_last, out_tok)
-            self.lists = (t_first, t_last, out_tok, rejected)
+            self.rejected = rejected
             n = len(self.arr)
             self.windows = [w for w in rule.windows if w < n] if rule.judge else []
             if self.windows:
@@ -196,10 +197,10 @@ class EventLoop:
         if windows and i >= windows[0] and self._gone(windows[0]):
             self.t, self.arrived = t, i
             w = windows.pop(0)
-            t_first, t_last, out_tok, rejected = self.lists
             rule = watcher.rule  # type: ignore[union-attr]
-            run = build_result(self.rate, self, t_first, t_last, out_tok, rejected, rule.warmup,
-                               {}, time.perf_counter(), load_stats=False, upto=w)
+            run = build_result(self.rate, self, watcher.t_first, watcher.t_last,  # type: ignore
+                               watcher.out, self.rejected, rule.warmup, {},  # type: ignore
+                               time.perf_counter(), load_stats=False, upto=w)
             if rule.judge(run):  # type: ignore[misc]
                 self.window = w
                 return None
@@ -211,14 +212,11 @@ class EventLoop:
 
     def _gone(self, w: int) -> bool:
         """Whether requests 0..w−1 have all left (a last token, or rejected)."""
-        t_last, rejected = self.lists[1], self.lists[3]
+        t_last, rejected, gone = self.watcher.t_last, self.rejected, self.gone  # type: ignore
+        gone.update(rejected[len(gone):])  # at least the entries added since the last look
         k = self.left
-        while k < w and t_last[k] == t_last[k]:
+        while k < w and (t_last[k] == t_last[k] or k in gone):
             k += 1
-        if k < w and rejected:
-            out = set(rejected)
-            while k < w and (t_last[k] == t_last[k] or k in out):
-                k += 1
         self.left = k
         return k >= w
 

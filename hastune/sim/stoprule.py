@@ -54,10 +54,10 @@ class Watcher:
                  "seen", "open", "late", "slow", "either", "n")
 
     def __init__(self, rule: StopRule, arr: list[float], t_first: list[float],
-                 t_last: list[float], out_tok: list[int], n: int | None = None):
+                 t_last: list[float], out_tok: list[int]):
         self.rule, self.arr = rule, arr
         self.t_first, self.t_last, self.out = t_first, t_last, out_tok
-        self.horizon(len(arr) if n is None else n)
+        self.horizon(len(arr))
 
     def horizon(self, n: int) -> None:
         """Judge the run as one of its first `n` requests (counts start again)."""
@@ -69,14 +69,22 @@ class Watcher:
         self.open: dict[int, int] = {}   # undecided request -> its flags so far (1 late, 2 slow)
         self.late = self.slow = self.either = 0
 
+    def _need(self, i: int) -> float | None:
+        """How many of the first i requests must miss for the run to have failed (None: too
+        few have come after the warm-up to fail it)."""
+        w, rule = self.w, self.rule
+        if i - w <= self.allowed:
+            return None
+        return max(self.allowed, rule.clear * (1.0 - rule.quantile) * (i - w))
+
     def failed(self, i: int, t: float) -> bool:
         """Whether the requests arrived so far (i of them; at most the horizon's) already
         fail the run at time t."""
         i = min(i, self.n)
-        w, rule = self.w, self.rule
-        if i - w <= self.allowed:
+        need = self._need(i)
+        if need is None:
             return False
-        need = max(self.allowed, rule.clear * (1.0 - rule.quantile) * (i - w))
+        rule = self.rule
         arr, tf_, tl_, out_ = self.arr, self.t_first, self.t_last, self.out
         ttft_s, tpot_s = rule.ttft_s, rule.tpot_s
         opened = self.open
@@ -118,10 +126,10 @@ class Watcher:
     def failed_reference(self, i: int, t: float) -> bool:
         """`failed`, recomputed over every request (the reference the tests compare with)."""
         i = min(i, self.n)
-        w, rule = self.w, self.rule
-        if i - w <= self.allowed:
+        need = self._need(i)
+        if need is None:
             return False
-        need = max(self.allowed, rule.clear * (1.0 - rule.quantile) * (i - w))
+        w, rule = self.w, self.rule
         a = np.asarray(self.arr[w:i], dtype=float)
         tf = np.array(self.t_first[w:i], dtype=float)
         out = np.asarray(self.out[w:i], dtype=float)

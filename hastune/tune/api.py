@@ -64,7 +64,7 @@ def run(recipe: str | Path | Recipe, *, baseline: str | Path | None = None,
     from hastune.tune.workers import run_workers, storage_errors
 
     try:
-        interrupted, failures = run_workers(tuner, st, str(tuner.recipe.path), progress)
+        interrupted, failures = run_workers(tuner, st, progress)
     finally:
         progress.stopped()
     try:

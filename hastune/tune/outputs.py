@@ -13,8 +13,8 @@ from hastune.config import TARGET_KEY, dump_config, parse_config
 from hastune.export.target import build_target, dump_target
 from hastune.goodput import GoodputResult
 from hastune.jsonio import dumps
-from hastune.tune.candidates import candidates, write_csv
-from hastune.tune.runner import Tuner, evaluated_trials, model_facts
+from hastune.tune.candidates import candidates, deploys, write_csv
+from hastune.tune.runner import Tuner, evaluated_trials
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
@@ -99,7 +99,7 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
     if final is not None and final.best_run is not None:
         out["at_goodput"] = {k: v for k, v in final.best_run.summary(rec.slo).items()
                              if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}
-    gpn, facts = rec.cluster.gpus_per_node, model_facts(rec)
+    gpn, facts = rec.cluster.gpus_per_node, tuner.model_facts
     out["candidates"] = candidates(study, rec.slo, best_at=out.get("at_goodput"),
                                    best_number=bt.number if bt else None, gpus_per_node=gpn,
                                    facts=facts)
@@ -113,26 +113,21 @@ def engines(study: optuna.Study, best: Any, gpus_per_node: int,
     """Per engine: whether it can launch the best as tuned (`deploys`, and `why` not), and
     where it cannot, the best evaluated configuration it can (`best_deployable`: config,
     goodput, trial; None when no evaluated one is)."""
-    from hastune.export import ENGINES, blocking_for
-
-    ranked = sorted(evaluated_trials(study), key=lambda t: (-float(t.value or 0.0), t.number))
     out: dict[str, dict[str, Any]] = {}
-    for e in ENGINES:
-        why = blocking_for(best, gpus_per_node, e, *facts)
-        row: dict[str, Any] = {"deploys": not why, "why": " ".join(why[0].split()) if why
-                               else None}
-        if why:
-            row["best_deployable"] = None
-            for t in ranked:
-                if float(t.value or 0.0) <= 0:
-                    break
-                if not blocking_for(parse_config(t.user_attrs["config"]), gpus_per_node, e,
-                                    *facts):
-                    row["best_deployable"] = {"config": t.user_attrs["config"],
-                                              "goodput_rps": float(t.value or 0.0),
-                                              "trial": t.number}
-                    break
-        out[e] = row
+    for e, says in deploys(best, gpus_per_node, facts).items():
+        out[e] = {"deploys": says == "yes", "why": None if says == "yes" else says[4:]}
+        if says != "yes":
+            out[e]["best_deployable"] = None
+    missing = [e for e, row in out.items() if not row["deploys"]]
+    for t in sorted(evaluated_trials(study), key=lambda t: (-float(t.value or 0.0), t.number)):
+        if not missing or float(t.value or 0.0) <= 0:
+            break
+        says = deploys(parse_config(t.user_attrs["config"]), gpus_per_node, facts)
+        for e in [e for e in missing if says[e] == "yes"]:
+            out[e]["best_deployable"] = {"config": t.user_attrs["config"],
+                                         "goodput_rps": float(t.value or 0.0),
+                                         "trial": t.number}
+            missing.remove(e)
     return out
 
 

@@ -62,13 +62,11 @@ def evaluate(evaluator: Any, slo: Any, cfg: AnyConfig, incumbent: float | None,
 class WorkerDied(RuntimeError):
     def __init__(self, index: int, pid: int | None, exitcode: int):
         self.index, self.pid, self.exitcode = index, pid, exitcode
-        super().__init__(f"worker {index} (pid {pid}) {death(exitcode, None)}")
+        super().__init__(f"worker {index} (pid {pid}) {death(exitcode)}")
 
 
 class Inline:
     """Evaluations in this process, each when its result is asked for."""
-
-    workers = 1
 
     def __init__(self, evaluator: Any, slo: Any, early_stop: bool):
         self.evaluator, self.slo, self.early_stop = evaluator, slo, early_stop
@@ -92,7 +90,6 @@ class Processes:
 
     def __init__(self, workers: int, recipe: Any, early_stop: bool):
         ctx = mp.get_context("spawn")
-        self.workers = workers
         self.tasks = ctx.SimpleQueue()
         self.results = ctx.Queue()
         self.procs = [ctx.Process(target=_main, args=(recipe, early_stop, self.tasks,
@@ -174,7 +171,7 @@ def resolve_workers(workers: int | str, evaluator: str = "sim") -> int:
     return n
 
 
-def death(exitcode: int, said: str | None) -> str:
+def death(exitcode: int) -> str:
     """How a worker process ended, in words."""
     if exitcode < 0:
         try:
@@ -182,4 +179,4 @@ def death(exitcode: int, said: str | None) -> str:
         except ValueError:
             name = f"signal {-exitcode}"
         return f"was killed by {name}"
-    return f"exited with code {exitcode}" + (f": {said}" if said else "")
+    return f"exited with code {exitcode}"

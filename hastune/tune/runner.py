@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +191,12 @@ class Tuner:
 
         engine = engine or self.opts.target
         return engine is None or not blocking_for(cfg, self.recipe.cluster.gpus_per_node,
-                                                  engine, *model_facts(self.recipe))
+                                                  engine, *self.model_facts)
+
+    @cached_property
+    def model_facts(self) -> tuple[str, str | None, bool]:
+        """The recipe's `model_facts`, read once (pruning asks for every configuration)."""
+        return model_facts(self.recipe)
 
     def runnable(self, cfg: Config) -> bool:
         """Whether the evaluator can measure `cfg` (the simulator: anything the recipe can
@@ -416,14 +422,11 @@ def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
         study._study_id, number))
 
 
-def dynamo_backend(recipe: Recipe) -> str:
-    """The engine Dynamo runs for this recipe (its engine where Dynamo has it, else vLLM)."""
-    return recipe.engine.name if recipe.engine.name in ("vllm", "sglang") else "vllm"
-
-
 def model_facts(recipe: Recipe) -> tuple[str, str | None, bool]:
     """What `hastune.export.blocking_for` needs of a recipe beside the config: Dynamo's
     backend, the model's Hugging Face architecture, whether the workload sends media."""
+    from hastune.export import dynamo_backend
     from hastune.export.target import hf_architecture, multimodal
 
-    return dynamo_backend(recipe), hf_architecture(recipe), multimodal(recipe)
+    return (dynamo_backend(recipe.engine.name), hf_architecture(recipe),
+            multimodal(recipe))

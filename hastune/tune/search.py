@@ -43,11 +43,11 @@ class Search:
     def __init__(self, tuner: Tuner, study: optuna.Study, prep: Prepared,
                  skopt: SkoptProposer | None,
                  on_trial: Callable[[optuna.trial.FrozenTrial], None] | None,
-                 pool: Inline | Processes | None = None):
+                 pool: Inline | Processes):
         self.key = trial_key
         self.tuner, self.study, self.prep, self.skopt = tuner, study, prep, skopt
         self.on_trial = on_trial
-        self.pool = pool or Inline(tuner.evaluator, tuner.recipe.slo, tuner.opts.early_stop)
+        self.pool = pool
         self.pz = tuner.pz
         self.limit = IDLE_LIMIT[tuner.opts.prune]
         self.idle = 0

@@ -16,15 +16,14 @@ def storage_errors() -> tuple[type[BaseException], ...]:
     return (storage.TuneError, *storage.storage_errors())
 
 
-def run_workers(tuner: Any, st: Any, recipe: str, progress: Progress) -> tuple[bool, list[str]]:
+def run_workers(tuner: Any, st: Any, progress: Progress) -> tuple[bool, list[str]]:
     """Prepare, then work (its evaluations in `tuner.opts.workers` processes:
     hastune.tune.pool). Returns (interrupted, what failed)."""
     from hastune.tune.pool import WorkerDied
 
     failures: list[str] = []
     try:
-        if hasattr(tuner, "pool"):  # started before pruning: its probes use it too
-            tuner.evaluations = tuner.pool()
+        tuner.evaluations = tuner.pool()  # started before pruning: its probes use it too
         tuner.prepare(st, on_trial=progress.trial)
         tuner.work(st, 0, on_trial=progress.trial)
     except WorkerDied as exc:
@@ -40,7 +39,7 @@ def run_workers(tuner: Any, st: Any, recipe: str, progress: Progress) -> tuple[b
                         f"the study's storage failed ({root_cause(exc)}); the trials finished "
                         "before it are kept in it: fix it and run the same command to resume")
     finally:
-        if getattr(tuner, "evaluations", None) is not None:
+        if tuner.evaluations is not None:
             tuner.evaluations.close()
             tuner.evaluations = None
     return False, failures

@@ -330,7 +330,8 @@ def test_tune_workers_report_a_ctrl_c_inside_a_storage_write_as_an_interrupt(ctr
         except BaseException as inner:
             raise optuna.exceptions.StorageInternalError("commit failed") from inner
 
-    tuner = SimpleNamespace(opts=SimpleNamespace(workers=1), prepare=prepare)
-    stopped, failures = run_workers(tuner, None, "r.yaml", Progress())
+    tuner = SimpleNamespace(opts=SimpleNamespace(workers=1), prepare=prepare,
+                            pool=lambda: None, evaluations=None)
+    stopped, failures = run_workers(tuner, None, Progress())
     assert stopped is ctrl_c
     assert bool(failures) is not ctrl_c
