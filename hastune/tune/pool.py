@@ -84,16 +84,19 @@ class Inline:
 
 
 class Processes:
-    """`workers` spawned processes, each with its own simulator of `recipe` (sent to them
-    whole: a plan's recipe at another GPU count is not its file's); tasks go out on one queue,
-    results come back on another."""
+    """`workers` spawned processes, each with its own evaluator of `recipe` (sent to them
+    whole: a plan's recipe at another GPU count is not its file's), made from the registry
+    (hastune.evaluators: `evaluator` with `options`; the simulator by default); tasks go out
+    on one queue, results come back on another."""
 
-    def __init__(self, workers: int, recipe: Any, early_stop: bool):
+    def __init__(self, workers: int, recipe: Any, early_stop: bool, evaluator: str = "sim",
+                 options: Any = None):
         ctx = mp.get_context("spawn")
         self.tasks = ctx.SimpleQueue()
         self.results = ctx.Queue()
         self.procs = [ctx.Process(target=_main, args=(recipe, early_stop, self.tasks,
-                                                      self.results), daemon=True)
+                                                      self.results, evaluator, options),
+                                  daemon=True)
                       for _ in range(workers)]
         for p in self.procs:
             p.start()
@@ -127,15 +130,16 @@ class Processes:
         self.results.cancel_join_thread()
 
 
-def _main(recipe: Any, early_stop: bool, tasks: Any, results: Any) -> None:
+def _main(recipe: Any, early_stop: bool, tasks: Any, results: Any, evaluator: str = "sim",
+          options: Any = None) -> None:
     """A pool process: evaluate configurations until the command's process goes."""
     import json
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from hastune.evaluators.sim import Evaluation
+    from hastune.evaluators import make_evaluator
 
-    ev = Evaluation(recipe)
+    ev = make_evaluator(evaluator, recipe, options)
     while True:
         number, key, incumbent = tasks.get()
         try:

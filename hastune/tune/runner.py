@@ -112,6 +112,12 @@ class Tuner:
             raise InputError(None, "--ray-address", "K tune workers with --backend ray would "
                              "start K local Ray clusters", "start one with `ray start --head` "
                              "and pass its address with --ray-address")
+        if opts.evaluator != "sim" and opts.workers > 1 and (opts.engine or opts.launch_cmd
+                                                             or opts.backend != "ray"):
+            raise InputError(None, "--workers", f"{opts.workers} engine trials at once on this "
+                             "machine would share its devices and measure each other",
+                             "give --workers 1, or run the engine's workers on a Ray cluster "
+                             "(--backend ray --ray-address ADDR), one trial per process")
         if opts.trials < 1:
             raise InputError(None, "--trials", f"must be ≥ 1 (got {opts.trials})",
                              "give the number of evaluations to run")
@@ -139,10 +145,15 @@ class Tuner:
         self.opts = opts
         self.reaper = Reaper()
         self.seed = recipe.seed if opts.seed is None else opts.seed
+        # how a pool process makes its own evaluator (None: the one given, in this process)
+        self.evaluator_spec: tuple[str, EvaluatorOptions | None] | None = None
         if evaluator is None:
-            evaluator = make_evaluator(opts.evaluator, recipe, EvaluatorOptions(
+            self.evaluator_spec = (opts.evaluator, EvaluatorOptions(
                 backend=opts.backend, ray_address=opts.ray_address, engine=opts.engine,
                 launch_cmd=opts.launch_cmd))
+            evaluator = make_evaluator(opts.evaluator, recipe, self.evaluator_spec[1])
+        elif type(evaluator) is Evaluation:
+            self.evaluator_spec = ("sim", None)
         self.evaluator: Evaluator = evaluator
         # the simulator's evaluation: the profile and requests pruning works from, whatever
         # measures the trials
@@ -394,10 +405,11 @@ class Tuner:
         return self.simulation.goodput(cfg)
 
     def pool(self) -> Inline | Processes:
-        """Where this command's evaluations run: `workers` processes, or this one (one
-        worker; an evaluator other than the simulator)."""
-        if self.opts.workers > 1 and type(self.evaluator) is Evaluation:
-            return Processes(self.opts.workers, self.recipe, self.opts.early_stop)
+        """Where this command's evaluations run: `workers` processes, each with its own
+        evaluator, or this one (one worker; an evaluator object given to the Tuner)."""
+        if self.opts.workers > 1 and self.evaluator_spec is not None:
+            return Processes(self.opts.workers, self.recipe, self.opts.early_stop,
+                             *self.evaluator_spec)
         return Inline(self.evaluator, self.recipe.slo, self.opts.early_stop)
 
     def work(self, study: optuna.Study, worker: int = 0,

@@ -91,3 +91,33 @@ def test_cli_ray_missing_exits_2_with_the_install_line(tmp_path):
     assert r.returncode == 2
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "pip install 'hastune[ray]'" in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("opts", [
+    {"evaluator": "real", "workers": 2},
+    {"evaluator": "real", "workers": 2, "engine": "vllm"},
+])
+def test_concurrent_engine_trials_on_this_machine_are_refused(opts, monkeypatch):
+    """K engine trials at once on this machine would measure each other: refused, not run
+    one at a time behind the user's back."""
+    from hastune.recipe import load_recipe
+    from hastune.tune.runner import TuneOptions, Tuner
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(InputError, match="--workers") as err:
+        Tuner(load_recipe(REPO / "examples" / "reference-cpu.yaml"), TuneOptions(**opts))
+    assert "--workers 1" in err.value.fix
+
+
+def test_ray_workers_each_make_the_real_evaluator():
+    """On a Ray cluster, K tune workers are K processes, each with the real evaluator the
+    command names (not the simulator, not one after another in this process)."""
+    from hastune.recipe import load_recipe
+    from hastune.tune.runner import TuneOptions, Tuner
+
+    pytest.importorskip("ray")
+    tuner = Tuner(load_recipe(REPO / "examples" / "reference-cpu.yaml"),
+                  TuneOptions(evaluator="real", backend="ray", ray_address="10.0.0.1:6379",
+                              workers=2))
+    name, options = tuner.evaluator_spec
+    assert (name, options.backend, options.ray_address) == ("real", "ray", "10.0.0.1:6379")
