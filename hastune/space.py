@@ -189,6 +189,14 @@ class SearchSpace(BaseModel):
     def size(self, budget: int) -> int:
         return sum(1 for _ in self.configs(budget))
 
+    def with_knobs(self, knobs: dict[str, list[Any]]) -> SearchSpace:
+        """This space with `knobs` added where it does not list them (what a target engine
+        needs: Architecture.target_knobs); a knob the space lists keeps its values."""
+        new = {k: v for k, v in knobs.items() if k not in self.params}
+        if not new:
+            return self
+        return self.model_copy(update={"params": {**self.params, **new}})
+
     def for_profile(self, profile: Any) -> SearchSpace:
         """This space as the profile allows it: for a profile without expert-parallel sections
         (a dense model's) each expert-parallel switch keeps only its off values, so a space

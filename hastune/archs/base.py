@@ -273,6 +273,11 @@ class Architecture:
         return None
 
     # -- real engines (hastune.export) ----------------------------------------------------
+    def target_knobs(self, target: str | None) -> dict[str, list[Any]]:
+        """Knobs (and their values) a search for `target` adds where its space does not list
+        them: what lets that engine run more of this architecture (none by default)."""
+        return {}
+
     def role_pools(self, cfg: Any) -> list[Pool]:
         """Its pools by role (empty ones too), as a deployment file names them."""
         raise NotImplementedError

@@ -45,6 +45,9 @@ class Pool:
     tp: int
     pp: int = 1
     expert_parallel: bool = False
+    # on the GPUs of the encode pool's instances, one each (EAServe's co-resident local
+    # prefill), not on GPUs of its own
+    co_resident: bool = False
 
 
 @dataclass
@@ -58,3 +61,9 @@ class Deployment:
     blocking: list[str] = field(default_factory=list)   # what makes it inexpressible
     closest: list[str] = field(default_factory=list)    # what the closest deployment changed
     closest_config: dict[str, Any] | None = None        # it as a hastune config
+    # an encode GPU's SM share under CUDA MPS, its co-resident prefill server the rest (None:
+    # no GPU holds two servers)
+    sm_split: float | None = None
+    # EAServe's runtime in front (the hastune gateway, runners/gateway: micro-batching, the
+    # remote share s, the co-resident prefill) instead of the engine's router
+    gateway: bool = False

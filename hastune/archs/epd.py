@@ -7,7 +7,7 @@ co-resident local prefill split the GPU's SMs (latency budget δ = sm_budget).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -23,6 +23,10 @@ MPS_NOTE = (
     "(sm_budget), the two servers each hold their own weights and KV budget on the GPU, and "
     "neither engine sends a share s of prefills to a co-resident server; hastune emits no MPS "
     "setup")
+
+
+# the fixed encoder SM shares a search for vLLM or SGLang tries (EPD.target_knobs)
+SM_SPLITS: tuple[float | None, ...] = (None, 0.1, 0.2, 0.3, 0.5)
 
 
 class EPDConfig(PoolsConfig):
@@ -44,6 +48,12 @@ class EPDConfig(PoolsConfig):
     max_gap_ms: float | None = Field(
         default=50.0, gt=0.0,
         description="cap on the batcher's gap g (null: the paper's uncapped g)")
+    sm_split: float | None = Field(
+        default=None, gt=0.0, lt=1.0,
+        description="a fixed encoder SM share f for every batch, the local prefill 1 − f at "
+                    "all times (CUDA MPS, what the engines people run can do); null: "
+                    "EAServe's split per batch within sm_budget")
+    since: ClassVar[tuple[str, ...]] = ("sm_split",)
 
     @field_validator("s")
     @classmethod
@@ -54,6 +64,15 @@ class EPDConfig(PoolsConfig):
                 "Fix: set s: 0, or give n_P ≥ 1"
             )
         return s
+
+    @field_validator("sm_split")
+    @classmethod
+    def _split_needs_local(cls, f: float | None, info: ValidationInfo) -> float | None:
+        if f is not None and info.data.get("s") == 1.0:
+            raise ValueError(f"sm_split = {f} splits an encode GPU with its local prefill, "
+                             "but s = 1 sends every prefill to the remote pool. Fix: set "
+                             "sm_split: null, or s < 1")
+        return f
 
 
 class EPD(EncodePrefillDecode):
@@ -69,6 +88,12 @@ class EPD(EncodePrefillDecode):
 
     def batch_knobs(self) -> tuple[str, ...]:
         return ("B", "p")
+
+    def target_knobs(self, target: str | None) -> dict[str, list[Any]]:
+        """vLLM and SGLang run the co-resident local prefill (s < 1) as a second server on
+        each encode GPU under CUDA MPS behind the hastune gateway: one fixed split, a knob
+        (null: the dynamic split, which only runners/ runs; the only value with s = 1)."""
+        return {"sm_split": list(SM_SPLITS)} if target in ("vllm", "sglang") else {}
 
     def deployment(self, cfg: Any, gpus_per_node: int, closest: bool = False) -> Deployment:
         """With s = 1 the static E/P/D shape; with s < 1 the co-resident local prefill has
@@ -90,6 +115,9 @@ class EPD(EncodePrefillDecode):
                  "that share a GPU's SMs in one deployment", MPS_NOTE,
                  "the offload ratio s (share of prefills sent to the remote pool) has no "
                  "engine flag: routers balance over the prefill servers they are given"]
+        if cfg.sm_split is not None:
+            return self._fixed_split(cfg)
+        block[0] += " (a fixed split, sm_split, deploys under CUDA MPS behind the hastune gateway)"
         if not closest:
             return Deployment(Topology.EPD, [], blocking=block, notes=notes,
                               encode_batch=cfg.B)
@@ -118,6 +146,22 @@ class EPD(EncodePrefillDecode):
         dep.closest.insert(0, block[0])
         dep.notes.append(MPS_NOTE)
         return dep
+
+    def _fixed_split(self, cfg: Any) -> Deployment:
+        """Every encode GPU runs an encode server and a prefill server under CUDA MPS, capped
+        at sm_split and 1 − sm_split of its SMs; the hastune gateway in front applies the
+        Poisson-gap batcher (B, p, max_gap_ms) and sends a share s of prefills to the remote
+        pool, the rest to the encoding GPU's own prefill server."""
+        pools = self.role_pools(cfg)
+        pools.insert(2, Pool("prefill", cfg.n_E, cfg.tp_E, co_resident=True))
+        f = cfg.sm_split
+        return Deployment(Topology.EPD, pools, encode_batch=cfg.B, sm_split=f, gateway=True,
+                          notes=[f"sm_split = {f:g}: one split for every encode batch (CUDA "
+                                 "MPS caps each server's SMs once, at its start), as tuned; "
+                                 "the two servers each hold their own weights and KV budget",
+                                 "the gateway runs EAServe's batcher, the remote share s and "
+                                 "least-in-flight routing; sm_budget is not used (the split "
+                                 "is fixed)"])
 
 
 ARCH = EPD()

@@ -24,9 +24,11 @@ STUDY = typer.Option(None, "--study", help="study name (default: from recipe)")
 WORKERS = typer.Option("auto", "--workers", "-w", help="processes that evaluate: auto (the "
                        "cores this machine gives it; 1 on an engine) or a number — the result "
                        "is the same for any")
-TARGET = typer.Option(None, "--target", help="search only what this engine can launch as "
-                      "tuned: vllm, sglang, dynamo or runners (default: every configuration; "
-                      "candidates.csv and the summary say which engines can launch each)")
+TARGET = typer.Option("auto", "--target", help="search only what this engine can launch as "
+                      "tuned: vllm, sglang, dynamo or runners; auto (default): the recipe's "
+                      "engine (vllm unless it names sglang; every configuration for trtllm); "
+                      "all: every configuration (EAServe's dynamic SM split runs on runners/ "
+                      "only). candidates.csv and the summary say which engines can launch each")
 PATIENCE = typer.Option(None, "--patience", help="stop once this many evaluations in a row "
                         "did not raise the best goodput (the summary's `stopped` says why it "
                         "stopped); default: run --trials evaluations")

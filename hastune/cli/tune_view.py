@@ -208,6 +208,9 @@ def report(res: Any, view: TuneView, max_regression: float) -> None:
     else:
         con.print(f"best: [bold]{s['goodput_rps']:.3f} req/s[/] ({s['goodput_per_gpu']:.3f} per "
                   f"GPU) with {config_line(s['best_config'])}")
+        con.print("searched: " + (f"what {s['target']} can launch (--target; all: every "
+                                   "configuration)" if s.get("target") else
+                                   "every configuration (--target all)"))
         if "engine_terms" in s:
             con.print(escape(terms_line(s["engine_terms"])))
         print_caveats(con, s.get("caveats", []))

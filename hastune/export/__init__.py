@@ -167,7 +167,7 @@ def dynamo_backend(engine: str) -> str:
 def _write_scripts(res: ExportResult, cfg: ConfigBase, t: Target, engine: str,
                    dummy: bool) -> list[Path]:
     from hastune.export.engines import COMMANDS
-    from hastune.export.scripts import launch_script, literal, role_script
+    from hastune.export.scripts import FRONTS, launch_script, literal, role_script
 
     p = res.plan
     cmds = COMMANDS[engine](p, t, dummy)
@@ -182,7 +182,7 @@ def _write_scripts(res: ExportResult, cfg: ConfigBase, t: Target, engine: str,
     for role in p.roles:
         mine = [c for c in cmds if by_role.get(c.name) == role]
         order.append((f"{role}.sh", mine))
-    front = [c for c in cmds if c.name in ("router", "proxy")]
+    front = [c for c in cmds if c.name in FRONTS]
     order.append(("router.sh", front))
     files = []
     model = t.engine_model
@@ -194,8 +194,10 @@ def _write_scripts(res: ExportResult, cfg: ConfigBase, t: Target, engine: str,
                            + (_vllm_src() if front and front[0].program == "vllm-epd-proxy"
                               and role == "router" else ""))
         files.append(_write(res.out / script, text))
-    files.append(_write(res.out / "launch.sh", launch_script(order, model, p.nodes,
-                                                             f"launch: {title}")))
+    from hastune.export.engines import MPS_LOG, MPS_PIPE
+
+    files.append(_write(res.out / "launch.sh", launch_script(
+        order, model, p.nodes, f"launch: {title}", p.mps_gpus, (MPS_PIPE, MPS_LOG))))
     return files
 
 

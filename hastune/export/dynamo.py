@@ -132,6 +132,10 @@ def validate(doc: dict[str, Any]) -> None:
 
 def backend_blocking(p: Plan, backend: str) -> str | None:
     """Why Dynamo with `backend` cannot launch plan `p` (None: it can)."""
+    if p.gateway:
+        return ("the co-resident prefill (sm_split: an encode server and a prefill server on "
+                "each encode GPU under CUDA MPS) needs the hastune gateway in front, and "
+                "Dynamo's Frontend routes requests itself: export it for vllm or sglang")
     if backend == "sglang" and p.topology.moves_embeddings:
         return ("Dynamo 1.6.1's SGLang backend has no encode-worker role in its blueprints; "
                 "export E/P/D for Dynamo with --backend vllm")

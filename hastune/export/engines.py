@@ -35,16 +35,38 @@ EC_PATH = "/tmp/hastune-ec-cache"
 EPD_PROXY = "$VLLM_SRC/examples/disaggregated/disaggregated_encoder/disagg_epd_proxy.py"
 
 
+# CUDA MPS of the co-resident encode and prefill servers: their daemon's pipe directory (only
+# they set it, so every other server on the node runs without MPS)
+MPS_PIPE = "/tmp/hastune-mps"
+MPS_LOG = "/tmp/hastune-mps-log"
+# a co-resident pair's memory shares where the target does not say (a config tuned before
+# they were written): the encoder server's, and the prefill server's of what is left
+ENCODE_SHARE, SHARED_TOTAL = 0.1, 0.9
+
+
+def memory_share(t: Target, role: str) -> float:
+    """The share of its GPU's memory a co-resident server may take (vLLM
+    --gpu-memory-utilization, SGLang --mem-fraction-static): the target's, worked out from the
+    model's weights when it was tuned (hastune.export.target.memory_shares)."""
+    enc = t.memory_shares.encode if t.memory_shares else ENCODE_SHARE
+    total = t.memory_shares.total if t.memory_shares else SHARED_TOTAL
+    return round(enc if role == "encode" else total - enc, 2)
+
+
 def url(inst: Instance) -> str:
     return f"http://$NODE_ADDR_{inst.node}:{inst.port}"
 
 
-def _common(cmd: Command, inst: Instance, t: Target, dummy: bool, tp_flag: str,
-            pp_flag: str) -> None:
+def _common(cmd: Command, p: Plan, inst: Instance, t: Target, dummy: bool, tp_flag: str,
+            pp_flag: str, memory_flag: str) -> None:
     cmd.add("--host", "$HOST").add("--port", inst.port).add(tp_flag, inst.tp)
     if inst.pp > 1:
         cmd.add(pp_flag, inst.pp)
-    cmd.env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, inst.gpus))
+    cmd.env["CUDA_VISIBLE_DEVICES"] = p.visible_devices(inst)
+    if inst.mps_percent is not None:  # shares its GPUs with another server (sm_split)
+        cmd.env["CUDA_MPS_PIPE_DIRECTORY"] = MPS_PIPE
+        cmd.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(inst.mps_percent)
+        cmd.add(memory_flag, memory_share(t, inst.role))
     if dummy:
         cmd.add("--load-format", "dummy")
     if t.precision.weights == "fp8" and t.checkpoint_precision != "fp8":
@@ -56,7 +78,8 @@ def vllm_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
     for inst in p.instances:
         c = Command("vllm", ["vllm", "serve", "$MODEL"], name=inst.name, node=inst.node,
                     port=inst.port)
-        _common(c, inst, t, dummy, "--tensor-parallel-size", "--pipeline-parallel-size")
+        _common(c, p, inst, t, dummy, "--tensor-parallel-size", "--pipeline-parallel-size",
+                "--gpu-memory-utilization")
         if t.precision.kv_cache == "fp8":
             c.add("--kv-cache-dtype", "fp8")
         if inst.expert_parallel:
@@ -76,6 +99,7 @@ def vllm_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
                                                {"shared_storage_path": EC_PATH}})
         if inst.role == "encode":
             c.add("--mm-encoder-only")
+            c.add("--enforce-eager")  # as vLLM's own encode instances (disagg_1e1p1d_example)
             if p.encode_batch:
                 c.add("--max-num-seqs", p.encode_batch)
         if inst.role in ("prefill", "decode") and p.topology.moves_kv:
@@ -121,7 +145,7 @@ def sglang_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
         c = Command("sglang", ["python3", "-m", "sglang.launch_server"], name=inst.name,
                     node=inst.node, port=inst.port)
         c.add("--model-path", "$MODEL")
-        _common(c, inst, t, dummy, "--tp-size", "--pp-size")
+        _common(c, p, inst, t, dummy, "--tp-size", "--pp-size", "--mem-fraction-static")
         if t.precision.kv_cache == "fp8":
             c.add("--kv-cache-dtype", "fp8_e4m3")
         if inst.expert_parallel:

@@ -32,6 +32,10 @@ class Instance:
     gpus: tuple[int, ...]   # GPU ids on its node
     node: int
     port: int
+    # the SM share CUDA MPS gives it on GPUs it shares with another server (co-resident
+    # encode and prefill servers), in percent; None: it has its GPUs alone
+    mps_percent: int | None = None
+    pair: int | None = None  # a co-resident prefill server's encode instance (its index)
 
     @property
     def name(self) -> str:
@@ -53,19 +57,52 @@ class Plan(Deployment):
     def roles(self) -> list[Role]:
         return [r for r in ROLES if self.role(r)]
 
+    @property
+    def mps_gpus(self) -> dict[int, list[int]]:
+        """Per node, the GPUs that hold two servers (co-resident under CUDA MPS), in order:
+        what its MPS daemon is started on."""
+        out: dict[int, list[int]] = {}
+        for i in self.instances:
+            if i.mps_percent is not None:
+                have = out.setdefault(i.node, [])
+                have += [g for g in i.gpus if g not in have]
+        return {n: sorted(g) for n, g in out.items()}
 
-def _layout(pools: list[Pool], gpus_per_node: int) -> list[Instance]:
-    """Instances in role order, each on consecutive GPUs that stay inside one node."""
-    out, nxt = [], 0
+    def visible_devices(self, inst: Instance) -> str:
+        """CUDA_VISIBLE_DEVICES of an instance: its GPU ids, or for an MPS client their
+        positions among its node's MPS GPUs (the daemon, started on those, renumbers them for
+        its clients from 0)."""
+        if inst.mps_percent is None:
+            return ",".join(map(str, inst.gpus))
+        mine = self.mps_gpus[inst.node]
+        return ",".join(str(mine.index(g)) for g in inst.gpus)
+
+
+def _layout(pools: list[Pool], gpus_per_node: int,
+            sm_split: float | None = None) -> list[Instance]:
+    """Instances in role order, each on consecutive GPUs that stay inside one node; a
+    co-resident pool's instances on the encode instances' GPUs (with `sm_split`, the encode
+    server's SM share, in percent for CUDA MPS; the prefill server the rest)."""
+    out: list[Instance] = []
+    nxt = 0
+    split = None if sm_split is None else max(1, min(99, round(100 * sm_split)))
     for pool in pools:
+        done = sum(1 for x in out if x.role == pool.role)  # numbered on within a role
+        if pool.co_resident:
+            for e, enc in enumerate(x for x in out if x.role == "encode"):
+                out.append(Instance(pool.role, done + e, enc.tp, enc.pp, enc.expert_parallel,
+                                    enc.gpus, enc.node, BASE_PORT[pool.role] + done + e,
+                                    None if split is None else 100 - split, pair=enc.index))
+            continue
         for i in range(pool.instances):
             size = pool.tp * pool.pp
             if nxt % gpus_per_node + size > gpus_per_node and size <= gpus_per_node:
                 nxt += gpus_per_node - nxt % gpus_per_node  # start on the next node
             node, first = divmod(nxt, gpus_per_node)
-            out.append(Instance(pool.role, i, pool.tp, pool.pp, pool.expert_parallel,
+            mps = split if pool.role == "encode" and any(p.co_resident for p in pools) else None
+            out.append(Instance(pool.role, done + i, pool.tp, pool.pp, pool.expert_parallel,
                                 tuple(range(first, first + size)), node,
-                                BASE_PORT[pool.role] + i))
+                                BASE_PORT[pool.role] + done + i, mps))
             nxt += size
     return out
 
@@ -73,7 +110,7 @@ def _layout(pools: list[Pool], gpus_per_node: int) -> list[Instance]:
 def plan(cfg: ConfigBase, gpus_per_node: int = 8, closest: bool = False) -> Plan:
     dep = archs.of(cfg).deployment(cfg, gpus_per_node, closest)
     p = Plan(**{f.name: getattr(dep, f.name) for f in fields(dep)},
-             instances=_layout(dep.pools, gpus_per_node))
+             instances=_layout(dep.pools, gpus_per_node, dep.sm_split))
     p.nodes = 1 + max((i.node for i in p.instances), default=0)
     wide = [i for i in p.instances if i.tp * i.pp > gpus_per_node]
     if wide:

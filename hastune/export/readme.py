@@ -72,10 +72,13 @@ def write(res: ExportResult, cfg: ConfigBase, t: Target) -> Path:
     if res.commands:
         lines += ["## Instances", "", "| name | role | node | GPUs | port | command |",
                   "| --- | --- | --- | --- | --- | --- |"]
-        roles = {i.name: i.role for i in p.instances}
+        inst = {i.name: i for i in p.instances}
         for c in res.commands:
-            gpus = c.env.get("CUDA_VISIBLE_DEVICES", "")
-            lines.append(one_line(f"| {c.name} | {roles.get(c.name, c.name)} | {c.node} | "
+            i = inst.get(c.name)
+            gpus = ",".join(map(str, i.gpus)) if i else c.env.get("CUDA_VISIBLE_DEVICES", "")
+            if i is not None and i.mps_percent is not None:
+                gpus += f" ({i.mps_percent}% of SMs, MPS)"
+            lines.append(one_line(f"| {c.name} | {i.role if i else c.name} | {c.node} | "
                                   f"{gpus} | {c.port} | {code(shell(c.argv()))} |"))
         start = ("`kubectl apply -f dgd.yaml` with Dynamo 1.6.1's operator installed (each "
                  "role is one component; replicas = its instances)." if res.engine == "dynamo"

@@ -22,6 +22,7 @@ import shlex
 
 from hastune.export.flags import Command
 
+FRONTS = ("router", "proxy", "gateway")  # what launch.sh starts last, behind the servers
 ROLE_FILES = {"E": "encode", "P": "prefill", "D": "decode", "R": "replica", "I": "replica"}
 _NAMES = r"MODEL|HOST|LOG_DIR|NODE_RANK|VLLM_SRC|NODE_ADDR_[0-9]+"
 VARIABLE = re.compile(rf"\$(?:\{{({_NAMES})\}}|({_NAMES})(?![A-Za-z0-9_]))")
@@ -113,19 +114,46 @@ def role_script(role: str, cmds: list[Command], model: str, nodes: int, title: s
     return "".join(body)
 
 
+def mps_setup(mps: dict[int, list[int]], pipe: str, log: str) -> str:
+    """Start CUDA MPS on this node's GPUs that hold two servers (`mps`: node → GPU ids), its
+    pipe in `pipe` (only those servers name it, so the others run without MPS); stopped by
+    `stop_all` on exit."""
+    out = ["\n# CUDA MPS for the encode GPUs that also run a prefill server (sm_split): each "
+           "server's\n# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE caps its share of the GPU's SMs\n"]
+    for node, gpus in sorted(mps.items()):
+        out.append(f'if [ "$NODE_RANK" = {int(node)} ]; then\n'
+                   f"  mkdir -p {literal(pipe)} {literal(log)}\n"
+                   f"  CUDA_VISIBLE_DEVICES={literal(','.join(map(str, gpus)))} "
+                   f"CUDA_MPS_PIPE_DIRECTORY={literal(pipe)} "
+                   f"CUDA_MPS_LOG_DIRECTORY={literal(log)} nvidia-cuda-mps-control -d\n"
+                   "  mps=1\nfi\n")
+    return "".join(out)
+
+
 def launch_script(order: list[tuple[str, list[Command]]], model: str, nodes: int,
-                  title: str) -> str:
-    """Start the role scripts in order; before the router, wait for every server of this node
-    to answer /health (HEALTH_TIMEOUT seconds, 1800 unless set)."""
+                  title: str, mps: dict[int, list[int]] | None = None,
+                  mps_dirs: tuple[str, str] = ("", "")) -> str:
+    """Start the role scripts in order (first CUDA MPS on the GPUs of `mps`, node → GPU ids,
+    where two servers share a GPU); before the router, wait for every server of this node to
+    answer /health (HEALTH_TIMEOUT seconds, 1800 unless set). Everything it started stops on
+    Ctrl-C, TERM or exit, MPS last."""
+    pipe = literal(mps_dirs[0]) if mps else ""
+    stop_mps = (f'  if [ -n "${{mps:-}}" ]; then echo quit | CUDA_MPS_PIPE_DIRECTORY={pipe} '
+                "nvidia-cuda-mps-control || true; fi\n") if mps else ""
     out = [preamble(model, nodes, title),
            'cd "$(dirname "$0")"\nHEALTH_TIMEOUT="${HEALTH_TIMEOUT:-1800}"\npids=()\n'
-           "trap 'kill \"${pids[@]}\" 2>/dev/null || true' INT TERM EXIT\n"
+           + ("mps=\n" if mps else "")
+           + "stop_all() {\n  kill \"${pids[@]}\" 2>/dev/null || true\n"
+           + ("  wait 2>/dev/null || true\n" + stop_mps if mps else "") + "}\n"
+           "trap stop_all INT TERM EXIT\n"
            "wait_healthy() {  # URL\n"
            '  local deadline=$((SECONDS + HEALTH_TIMEOUT))\n'
            '  until curl -sf "$1/health" > /dev/null; do\n'
            '    if [ "$SECONDS" -ge "$deadline" ]; then\n'
            '      echo "no answer from $1/health in $HEALTH_TIMEOUT s; see $LOG_DIR" >&2\n'
            "      exit 1\n    fi\n    sleep 2\n  done\n}\n"]
+    if mps:
+        out.append(mps_setup(mps, *mps_dirs))
     for script, cmds in order:
         run = f"bash {literal('./' + script)} &\n"
         if script == "router.sh":
@@ -133,7 +161,7 @@ def launch_script(order: list[tuple[str, list[Command]]], model: str, nodes: int
             out.append('\nif [ "$NODE_RANK" = 0 ]; then\n')
             for _, prev in order:
                 for c in prev:
-                    if c.name != "router" and c.name != "proxy":
+                    if c.name not in FRONTS:
                         url = f"http://$NODE_ADDR_{int(c.node)}:{int(c.port or 0)}"
                         out.append(f"  wait_healthy {quote(url)}\n")
             out.append(f"  {run}  pids+=(\"$!\")\n")

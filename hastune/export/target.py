@@ -13,6 +13,7 @@ GPU or precision is refused with an InputError that says how to fix it.
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,6 +26,7 @@ from hastune.yamlio import read_yaml_mapping
 
 if TYPE_CHECKING:
     from hastune.archs.base import ConfigBase
+    from hastune.profile import Profile
     from hastune.recipe import Recipe
 
 TARGET_KEY = "target"
@@ -65,6 +67,14 @@ class Pool(_Strict):
     expert_parallel: bool = False
 
 
+class MemoryShares(_Strict):
+    """The memory of an encode GPU that holds two servers (sm_split): the encode server's
+    share, and the share both may take together (the prefill server gets the difference)."""
+
+    encode: float = Field(gt=0, lt=1)
+    total: float = Field(gt=0, le=1)
+
+
 class TargetEngine(_Strict):
     """The recipe's engine (name and kernel-database version), as the block records it: its
     own model, so a field the recipe's Engine gains later does not make old blocks invalid."""
@@ -103,6 +113,9 @@ class Target(_Strict):
     slo: TargetSLO
     goodput_rps: float = Field(ge=0)
     goodput_per_gpu: float = Field(ge=0)
+    memory_shares: MemoryShares | None = Field(
+        default=None, description="co-resident encode and prefill servers (sm_split): their "
+        "memory shares of an encode GPU")
 
     @property
     def engine_model(self) -> str:
@@ -159,8 +172,29 @@ def pools(cfg: ConfigBase) -> list[Pool]:
                  expert_parallel=p.expert_parallel) for p in archs.of(cfg).role_pools(cfg)]
 
 
+GiB = 1024.0 ** 3
+ENCODER_WORKSPACE = 2 * GiB  # an encode server's CUDA context, activations and profiling run
+
+
+def memory_shares(cfg: ConfigBase, profile: Profile | None) -> MemoryShares | None:
+    """An encode GPU's memory between its two servers (sm_split): the encode server gets its
+    encoder's weights (× 1.2) and ENCODER_WORKSPACE, rounded up to a hundredth; both together
+    the profile's usable share; the prefill server the rest (its LLM weights and its KV)."""
+    if profile is None or getattr(cfg, "sm_split", None) is None:
+        return None
+    mem = profile.for_tp(cfg.tp_E).memory  # type: ignore[attr-defined]
+    enc = math.ceil(100 * (1.2 * mem.encoder_weight_bytes + ENCODER_WORKSPACE)
+                    / mem.gpu_bytes) / 100
+    total = mem.utilisation
+    if enc >= total:
+        return None
+    return MemoryShares(encode=enc, total=total)
+
+
 def build_target(recipe: Recipe, cfg: ConfigBase, goodput_rps: float,
-                 recipe_sha256: str | None = None) -> Target:
+                 recipe_sha256: str | None = None, profile: Profile | None = None) -> Target:
+    """What `cfg` was tuned for; `profile` (the recipe's) sizes a co-resident pair's memory
+    shares (memory_shares)."""
     from hastune.model_ref import load_arch, precision_of
 
     cj = config_json(recipe)
@@ -182,7 +216,8 @@ def build_target(recipe: Recipe, cfg: ConfigBase, goodput_rps: float,
         pools=pools(cfg),
         slo=TargetSLO(ttft_s=recipe.slo.ttft_s, tpot_s=recipe.slo.tpot_s,
                       percentile=recipe.slo.percentile),
-        goodput_rps=goodput_rps, goodput_per_gpu=goodput_rps / cfg.gpus if cfg.gpus else 0.0)
+        goodput_rps=goodput_rps, goodput_per_gpu=goodput_rps / cfg.gpus if cfg.gpus else 0.0,
+        memory_shares=memory_shares(cfg, profile))
 
 
 def dump_target(t: Target) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from hastune.policies.batcher import PoissonGapBatcher, TimeoutBatcher, poisson_
 from hastune.policies.encode import EncodePolicies, epd_policies, policies_for, static_policies
 from hastune.policies.iteration import IterationScheduler, Prompt
 from hastune.policies.mitosis import GROW, HOLD, SHRINK, Mitosis
-from hastune.policies.partitioner import SEED_SM_TABLE, SMPartitioner
+from hastune.policies.partitioner import SEED_SM_TABLE, FixedSplit, SMPartitioner
 from hastune.policies.rolling import RollingActivation
 from hastune.policies.router import DeficitRouter, LeastInFlight
 
@@ -17,6 +17,7 @@ __all__ = [
     "BatchWait",
     "DeficitRouter",
     "EncodePolicies",
+    "FixedSplit",
     "GROW",
     "HOLD",
     "IterationScheduler",

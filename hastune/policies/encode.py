@@ -5,7 +5,8 @@ encode workers' policies here, so the two apply the same knobs with the config's
 
 - EAServe's encode worker: the Poisson-gap micro-batcher (B, p, max_gap_ms), the deficit
   router with the config's s, and the SM partitioner (sm_budget) that splits the GPU between
-  the encoder and the co-resident local prefill;
+  the encoder and the co-resident local prefill — or, with sm_split, one fixed split (CUDA
+  MPS);
 - the static baseline's (Dynamo-like): the timeout batcher (batch, timeout_ms), every prefill
   remote (s = 1), no local prefill, so no partitioner.
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hastune.policies.batcher import PoissonGapBatcher, TimeoutBatcher
-from hastune.policies.partitioner import Curve, SMPartitioner
+from hastune.policies.partitioner import Curve, FixedSplit, SMPartitioner
 from hastune.policies.router import DeficitRouter
 
 if TYPE_CHECKING:  # at run time only where needed: the config models' modules may import this
@@ -58,7 +59,8 @@ def epd_policies(cfg: EPDConfig, encode_rate: float = 1.0,
     return EncodePolicies(
         PoissonGapBatcher(cfg.B, cfg.p, _rate_hint(encode_rate, cfg.n_E), max_gap=cap),
         DeficitRouter(cfg.s),
-        SMPartitioner(curve_for, budget=cfg.sm_budget))
+        SMPartitioner(curve_for, budget=cfg.sm_budget) if cfg.sm_split is None
+        else FixedSplit(cfg.sm_split))
 
 
 def static_policies(cfg: EPDStaticConfig, encode_rate: float = 1.0,

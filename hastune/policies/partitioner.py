@@ -1,5 +1,14 @@
-"""Dynamic SM partitioner: the smallest encoder SM share that keeps encode latency within
-(1 + δ) of its full-GPU latency; the co-resident local prefill gets the rest."""
+"""SM partitioners of an encode GPU with a co-resident local prefill.
+
+`SMPartitioner`, EAServe's dynamic one: per encode batch, the smallest encoder SM share that
+keeps encode latency within (1 + δ) of its full-GPU latency; the local prefill gets the rest
+while the batch runs and the whole GPU while the encoder idles.
+
+`FixedSplit`, what CUDA MPS can run on the engines people use: an encode server and a prefill
+server on one GPU, each capped at its share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, set
+once per process), so the encoder has share f for every batch and the prefill 1 − f always,
+also while the encoder idles.
+"""
 
 from __future__ import annotations
 
@@ -56,3 +65,35 @@ class SMPartitioner:
 
     def prefill_share(self, batch: int) -> float:
         return 1.0 - self.encode_share(batch)
+
+    @property
+    def idle_prefill_share(self) -> float:
+        """The local prefill's share while the encoder idles: the whole GPU."""
+        return 1.0
+
+    def slowdown_without_curve(self, share: float) -> float:
+        """An encode batch's latency relative to the whole GPU where the profile has no SM
+        curve: the budget the share was chosen for."""
+        return 1.0 + self.budget
+
+
+class FixedSplit(SMPartitioner):
+    """One encoder share f for every batch; the local prefill gets 1 − f at all times."""
+
+    def __init__(self, share: float):
+        if not 0.0 < share < 1.0:
+            raise ValueError("a fixed SM split must be in (0, 1)")
+        super().__init__(None)
+        self.share = share
+
+    def encode_share(self, batch: int) -> float:
+        return self.share
+
+    @property
+    def idle_prefill_share(self) -> float:
+        return 1.0 - self.share
+
+    def slowdown_without_curve(self, share: float) -> float:
+        """No curve: latency as 1 / share (all of the encoder's work scales with its SMs, the
+        slowest a share can make it)."""
+        return 1.0 / share

@@ -2,8 +2,9 @@
 encoder, the one running, and the timer of the batcher's deadline.
 
 The encoder runs one batch at a time on the SM share the partitioner gives it (the whole GPU
-without one); its co-resident local prefill, if any, gets the rest while a batch runs and the
-whole GPU while the encoder idles. A batch of n items with T encoder tokens (Σ T² for
+without one); its co-resident local prefill, if any, gets the rest while a batch runs and, while
+the encoder idles, the whole GPU (EAServe's dynamic split) or still the rest (a fixed split,
+CUDA MPS: hastune.policies.partitioner). A batch of n items with T encoder tokens (Σ T² for
 attention) takes the profile's full-GPU latency × the encoder curve's slowdown at that share.
 """
 
@@ -51,7 +52,7 @@ class EncodeWorker:
             f = 1.0 if part is None else part.encode_share(n)
             curve = self.spec.curve_for(n)
             slow = (1.0 if f >= 1.0 else interp_curve(curve, f) if curve
-                    else 1.0 + part.budget)  # type: ignore[union-attr]
+                    else part.slowdown_without_curve(f))  # type: ignore[union-attr]
             fs = self._shares[n] = (f, slow)
         return fs
 

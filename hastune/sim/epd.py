@@ -5,7 +5,8 @@ GPUs are placed in order: encode GPUs 0..n_E−1, remote prefill GPUs next, deco
 `gpus_per_node` to a node. A request's life:
 
   arrival → encode worker (round robin) → micro-batcher → encoder (SM share f from the
-  partitioner; the co-resident local prefill gets 1 − f meanwhile, 1.0 when the encoder idles)
+  partitioner; the co-resident local prefill gets 1 − f meanwhile, 1.0 when the encoder idles,
+  or 1 − f still under a fixed split: sm_split)
   → deficit router: local prefill on the same GPU, or remote prefill (embeddings sent E→P)
   → prefill batch done = first token (TTFT) → KV sent P→D → decode worker (continuous
   batching, closed-form steps) → last token (TPOT = (t_last − t_first)/(n_out − 1)).
@@ -159,8 +160,9 @@ class _EPDRun:
         # one deficit counter for the whole pool (the engine keeps one per encode worker:
         # with round-robin arrivals the shares agree within n_E requests)
         self.router = pols[0].router
-        self.local = [PrefillWorker(tm.local_prefill, e * tp_E, share=1.0)
-                      for e, p in enumerate(pols) if p.local_prefill]
+        self.local = [PrefillWorker(tm.local_prefill, e * tp_E,
+                                    share=p.partitioner.idle_prefill_share)
+                      for e, p in enumerate(pols) if p.partitioner is not None]
         self.remote = [PrefillWorker(tm.remote_prefill, first_P + j * tp_P) for j in range(n_P)]
         for ws, kv in ((self.local, tm.kv_local), (self.remote, tm.kv_remote)):
             for w in ws:
@@ -238,7 +240,7 @@ class _EPDRun:
         if ew.queue:
             self._start_encode(ew, t)
         elif ew.local is not None:
-            self._set_local_share(ew.local, t, 1.0)
+            self._set_local_share(ew.local, t, ew.partitioner.idle_prefill_share)
         self._route(ew, batch, t)
 
     # -- prefill --------------------------------------------------------------------------

@@ -89,6 +89,8 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
         "storage": tuner.opts.storage or str(Path(tuner.opts.out) / "study.db"),
         "wall_s": wall_s,
         "stopped": tuner.stop_reason or "interrupted, or ended by another process",
+        # the engine the search was for (--target; None: every configuration)
+        "target": tuner.opts.target,
         "convergence": convergence(study),
     }
     if len(tuner.history) > 1:  # resumed with --force under other settings: say which
@@ -155,7 +157,8 @@ def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
     written = []
     if summary["best_config"]:
         cfg = parse_config(summary["best_config"])
-        target = build_target(tuner.recipe, cfg, summary["goodput_rps"], tuner.recipe_sha256)
+        target = build_target(tuner.recipe, cfg, summary["goodput_rps"], tuner.recipe_sha256,
+                              tuner.simulation.profile)
         how = " (measured by the engine: --recheck)" if summary.get("recheck") else ""
         header = (f"# Best deployment found by `hastune tune` for recipe {tuner.recipe.name}:\n"
                   f"# P{tuner.recipe.slo.percentile:g} goodput{how} {summary['goodput_rps']:.3f} "
@@ -208,7 +211,8 @@ def write_deploy(out: Path, config_file: Path, cfg: Any, target: Any,
     if alt is None or tuner is None:
         return []
     alt_cfg = parse_config(alt["config"])
-    alt_target = build_target(tuner.recipe, alt_cfg, alt["goodput_rps"], tuner.recipe_sha256)
+    alt_target = build_target(tuner.recipe, alt_cfg, alt["goodput_rps"], tuner.recipe_sha256,
+                              tuner.simulation.profile)
     p = where / "config.yaml"
     where.mkdir(parents=True, exist_ok=True)
     p.write_text(f"# The best configuration {engine} can launch as tuned (trial "

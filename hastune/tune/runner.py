@@ -24,7 +24,7 @@ from typing import Any
 
 import optuna
 
-from hastune import interrupt
+from hastune import archs, interrupt
 from hastune.config import AnyConfig, parse_config, trial_key
 from hastune.errors import InputError
 from hastune.evaluators import Evaluator, EvaluatorOptions, make_evaluator
@@ -66,7 +66,9 @@ class TuneOptions:
     #                                 needs `if __name__ == "__main__":`, as spawn does)
     in_flight: int = 2              # evaluations under way at once (the result depends on it,
     #                                 not on workers)
-    target: str | None = None       # only what this engine can launch (hastune.export.ENGINES)
+    target: str | None = None       # only what this engine can launch (hastune.export.ENGINES;
+    #                                 "auto", the CLI's default: the recipe's engine where
+    #                                 export writes its launch files; None: everything)
     patience: int | None = None     # stop once this many evaluations in a row did not raise
     #                                 the best goodput (None: run to --trials)
     out: str = "tune-out"
@@ -123,10 +125,14 @@ class Tuner:
                              "give the number of evaluations to run")
         from hastune.export import ENGINES
 
+        if opts.target == "auto":
+            opts.target = recipe.engine.name if recipe.engine.name in ("vllm", "sglang") else None
+        elif opts.target == "all":
+            opts.target = None
         if opts.target is not None and opts.target not in ENGINES:
             raise InputError(None, "--target", f"unknown engine {opts.target!r}",
-                             f"use one of {', '.join(ENGINES)}, or leave it out to search "
-                             "every configuration")
+                             f"use one of {', '.join(ENGINES)}, auto (the recipe's engine) "
+                             "or all (every configuration)")
         if opts.patience is not None and (isinstance(opts.patience, bool) or not isinstance(
                 opts.patience, int) or opts.patience < 1):
             raise InputError(None, "--patience", f"must be a whole number ≥ 1 (got "
@@ -159,6 +165,7 @@ class Tuner:
         # measures the trials
         self.simulation = evaluator if isinstance(evaluator, Evaluation) else Evaluation(recipe)
         self.spaces = {a: space_for(a, recipe.path, recipe.search_space, self.simulation.profile)
+                       .with_knobs(archs.get(a).target_knobs(opts.target))
                        for a in recipe.architectures}
         for space in self.spaces.values():  # before any work: each can run something
             self.simulation.check_space(space, space.source)

@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from hastune.config import parse_config
 from hastune.export import ENGINES, export
 from hastune.export import flags as F
+from hastune.export.engines import MPS_PIPE
+from hastune.export.scripts import FRONTS
 from hastune.export.target import Target, pools
 from tests.export.conftest import script_commands
 
@@ -80,10 +82,12 @@ CONFIGS = st.one_of(
     st.builds(lambda e, p, d, b: {"architecture": "epd-static", "n_E": e, "n_P": p, "n_D": d,
                                   "batch": b},
               st.integers(1, 3), st.integers(1, 3), st.integers(1, 3), st.integers(1, 64)),
-    st.builds(lambda e, p, d, b, s, t: {"architecture": "epd", "n_E": e, "n_P": p, "n_D": d,
-                                        "B": b, "s": s if p else 0.0, "tp_D": t},
+    st.builds(lambda e, p, d, b, s, t, f, te: {
+        "architecture": "epd", "n_E": e, "n_P": p, "n_D": d, "B": b, "s": s if p else 0.0,
+        "tp_D": t, "sm_split": f if (s if p else 0.0) < 1 else None, "tp_E": te},
               st.integers(1, 3), st.integers(0, 3), st.integers(1, 3), st.integers(1, 16),
-              st.sampled_from([0.0, 0.3, 0.5, 1.0]), st.sampled_from([1, 2])),
+              st.sampled_from([0.0, 0.3, 0.5, 1.0]), st.sampled_from([1, 2]),
+              st.sampled_from([None, 0.1, 0.25, 0.5]), st.sampled_from([1, 1, 2])),
     st.builds(lambda r, t, pp, c, ep: {"architecture": "nodg", "replicas": r, "tp": t,
                                        "pp": pp, "chunk_tokens": c,
                                        "expert_parallel": ep and t > 1},
@@ -115,14 +119,41 @@ def test_every_emitted_flag_exists_in_the_pinned_version(tmp_path_factory, data,
         assert not list(d.glob("*.sh"))
         return
     assert check_dir(d) > 0
-    servers = [c for c in res.commands if c.name not in ("router", "proxy")]
+    servers = [c for c in res.commands if c.name not in FRONTS]
     assert len(servers) == len(res.plan.instances)
-    used = [g for c in servers for g in c.env["CUDA_VISIBLE_DEVICES"].split(",")]
-    by_node = {}
-    for c in servers:  # no GPU given twice on a node
-        for g in c.env["CUDA_VISIBLE_DEVICES"].split(","):
-            assert (c.node, g) not in by_node
-            by_node[(c.node, g)] = c.name
+    mps = res.plan.mps_gpus  # node → the GPUs its MPS daemon renumbers from 0
+
+    def physical(c):  # the GPU ids a server's CUDA_VISIBLE_DEVICES names
+        ids = [int(g) for g in c.env["CUDA_VISIBLE_DEVICES"].split(",")]
+        if "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in c.env:
+            return [mps[c.node][g] for g in ids]
+        return ids
+
+    inst = {i.name: i for i in res.plan.instances}
+    by_node: dict[tuple[int, int], list] = {}
+    for c in servers:  # each server on its instance's GPUs
+        assert physical(c) == list(inst[c.name].gpus), (c.name, c.env)
+        for g in physical(c):
+            by_node.setdefault((c.node, g), []).append(c)
+    used = sorted(by_node)
+    for (node, g), there in by_node.items():  # a GPU holds one server, or an MPS pair
+        if len(there) > 1:
+            assert cfg.architecture == "epd" and cfg.sm_split is not None
+            assert sorted(c.name[0] for c in there) == ["E", "P"], [c.name for c in there]
+            pct = [int(c.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) for c in there]
+            assert sum(pct) == 100 and min(pct) >= 1
+            mem = [float(dict(c.flags)["--gpu-memory-utilization" if engine == "vllm"
+                                       else "--mem-fraction-static"][0]) for c in there]
+            assert 0 < sum(mem) <= 0.95 and min(mem) > 0
+            assert all(c.env["CUDA_MPS_PIPE_DIRECTORY"] == MPS_PIPE for c in there)
+            assert g in mps[node]
+        else:
+            assert "CUDA_MPS_PIPE_DIRECTORY" not in there[0].env  # no MPS where no pair
+    launch = (d / "launch.sh").read_text()
+    for gpus in mps.values():  # the daemon on exactly the paired GPUs of each node
+        assert f"CUDA_VISIBLE_DEVICES={','.join(map(str, gpus))} CUDA_MPS_PIPE_DIRECTORY=" \
+            in launch
+    assert ("nvidia-cuda-mps-control -d" in launch) == bool(mps)
     ports: dict[tuple[int, str], str] = {}
     for c in servers:  # no port taken twice on a node: servers, bootstraps, side channels
         flags = dict(c.flags)
@@ -143,7 +174,7 @@ def test_every_emitted_flag_exists_in_the_pinned_version(tmp_path_factory, data,
         for c in servers:
             lang = "--language-only" in dict(c.flags)
             assert lang == c.name.startswith("P"), (c.name, c.flags)
-    if not res.plan.closest:  # the tuned deployment itself: every GPU it counts, once
+    if not res.plan.closest:  # the tuned deployment itself: every GPU it counts
         assert len(used) == cfg.gpus
     elif res.plan.closest_config is not None:  # what was emitted, as a config to evaluate
         near = parse_config(res.plan.closest_config)

@@ -8,7 +8,9 @@
   engine's deploy/ folder holds launch files (the best's, or the best deployable one's with its
   config) or is not reported as written.
 - `--target vllm` searches only what vLLM can launch (pruning's `target` rule): every
-  evaluated trial exports for vLLM, and so does the answer."""
+  evaluated trial exports for vLLM, and so does the answer; EAServe's co-resident prefill is
+  searched as a fixed SM split (sm_split, CUDA MPS), which vLLM runs. The CLI's default
+  target is the recipe's engine (`auto`); `all` searches every configuration."""
 
 from __future__ import annotations
 
@@ -71,7 +73,7 @@ def test_the_summary_says_which_engines_launch_the_best_and_what_they_can(small_
     data = yaml.safe_load(small_recipe.read_text())
     data["architecture"] = ["epd", "fudg"]
     small_recipe.write_text(yaml.safe_dump(data))
-    s = _tune(small_recipe, tmp_path / "out")
+    s = _tune(small_recipe, tmp_path / "out", "--target", "all")
     gpn = 8
     facts = model_facts(load_recipe(small_recipe))
     best = parse_config(s["best_config"])
@@ -171,3 +173,21 @@ def test_sglang_disaggregates_only_the_encoders_its_hook_lists():
     for engine in ("vllm", "sglang"):  # the tables say where they come from
         src = tables()[engine]["source"]
         assert src["wheel"].startswith(engine) and len(src["wheel_sha256"]) == 64
+
+
+def test_a_vllm_target_searches_the_co_resident_prefill_as_a_fixed_split(small_recipe,
+                                                                          tmp_path):
+    """EAServe's co-resident prefill (s < 1) runs on vLLM only as a fixed split: a tune for
+    vLLM (the CLI's default for this recipe: auto) evaluates such configurations, each with
+    its split, and none with the dynamic one; `--target all` never sets a split."""
+    s = _tune(small_recipe, tmp_path / "auto")
+    assert s["target"] == "vllm"
+    cfgs = [parse_config(t.user_attrs["config"]) for t in _evaluated(tmp_path / "auto")]
+    local = [c for c in cfgs if c.architecture == "epd" and c.s < 1]
+    assert local, "the case this test is for: co-resident prefill evaluated for vLLM"
+    assert all(c.sm_split is not None for c in local)
+    assert all(c.sm_split is None for c in cfgs if c.architecture == "epd" and c.s == 1)
+    s = _tune(small_recipe, tmp_path / "all", "--target", "all")
+    assert s["target"] is None
+    cfgs = [parse_config(t.user_attrs["config"]) for t in _evaluated(tmp_path / "all")]
+    assert all(getattr(c, "sm_split", None) is None for c in cfgs)
