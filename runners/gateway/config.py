@@ -139,11 +139,12 @@ class GatewayConfig(_Strict):
                              "server names its co-resident prefill. Fix: set s: 1, or give "
                              "the encode servers a prefill: URL")
         if self.engine == "sglang":
-            for role, servers in (("prefill", self.prefill), ("encode[].prefill", local)):
+            for role, servers in (("prefill server", self.prefill),
+                                  ("encode server's co-resident prefill", local)):
                 for srv in servers:
                     if srv.bootstrap_port is None:
                         raise ValueError(
-                            f"{role}: {srv.url} has no bootstrap_port: SGLang's decode "
+                            f"{role} {srv.url} has no bootstrap_port: SGLang's decode "
                             "server pulls the KV cache through the prefill server's "
                             "bootstrap server. Fix: write it as {url: …, bootstrap_port: "
                             "N} (its --disaggregation-bootstrap-port)")

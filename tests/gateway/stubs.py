@@ -40,6 +40,7 @@ class Stub:
     url: str = ""
     received: list = field(default_factory=list)  # (path, rid, body, batch tag)
     hold: asyncio.Event | None = None  # decode: answer only once set
+    die_after: int | None = None  # decode: drop the connection after this many chunks
     runner: web.AppRunner | None = None
 
 
@@ -192,6 +193,8 @@ class Deployment:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await out.prepare(request)
         for i in range(n):
+            if stub.die_after is not None and i >= stub.die_after:
+                raise ConnectionResetError("the stub dies mid-stream")
             chunk = {"choices": [{"index": 0, "text": f"tok{i} "}], "served_by": stub.name}
             await out.write(f"data: {json.dumps(chunk)}\n\n".encode())
             await asyncio.sleep(0)
