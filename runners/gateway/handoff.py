@@ -180,23 +180,38 @@ class SGLangHandoff:
         headers = {"x-request-id": rid}
         pre = asyncio.ensure_future(up.post_json("prefill", prefill.url, path, req, headers))
         pre.add_done_callback(lambda _: prefill_done())
+        pre.add_done_callback(_quiet)
+        dec = asyncio.ensure_future(up.open("decode", decode.url, path, req, headers))
+        # on until both answered or one failed: a failed prefill is the client's 502 before
+        # anything streams (its decode would only wait for a KV cache that never comes), and
+        # the first token cannot come before the prefill is done anyway
         try:
-            resp = await up.open("decode", decode.url, path, req, headers)
+            await asyncio.wait((pre, dec), return_when=asyncio.FIRST_EXCEPTION)
         except BaseException:
             pre.cancel()
+            dec.cancel()
+            dec.add_done_callback(_close)
             raise
-        if pre.done() and pre.exception() is not None:  # the prefill failed first: say so
-            resp.release()
-            raise pre.exception()  # type: ignore[misc]
-        pre.add_done_callback(_quiet)
-        return resp
+        for task in (pre, dec):
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                for other in (pre, dec):
+                    other.cancel()
+                dec.add_done_callback(_close)
+                raise task.exception()  # type: ignore[misc]
+        return dec.result()
 
 
 def _quiet(task: asyncio.Future) -> None:
-    """A prefill that fails after its decode answered shows in the decode's stream; its
-    exception is retrieved here so asyncio does not log it as never retrieved."""
+    """Retrieve a failed task's exception (the one raised is the first; asyncio would log the
+    other as never retrieved)."""
     if not task.cancelled():
         task.exception()
+
+
+def _close(task: asyncio.Future) -> None:
+    """A decode response opened for a request that failed elsewhere: released."""
+    if not task.cancelled() and task.exception() is None:
+        task.result().release()
 
 
 HANDOFFS = {"vllm": VLLMHandoff, "sglang": SGLangHandoff}

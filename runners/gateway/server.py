@@ -137,6 +137,9 @@ async def _stream(request: web.Request, rt: Runtime, n: int, resp: Any,
         await out.write(b"data: " + json.dumps(err).encode() + b"\n\n")
         await out.write_eof()
         return out, False
+    except ConnectionResetError:  # the client went: the decode response is released
+        log.info("the client left mid-stream")
+        return out, False
     await out.write_eof()
     return out, True
 

@@ -121,7 +121,9 @@ def _dead(engine: str, role: str):
             if role == "decode":
                 cfg["decode"] = [gone]
             elif role == "prefill":
-                cfg["prefill"] = [gone]
+                cfg["prefill"] = [{"url": gone, "bootstrap_port": 9999}
+                                  if engine == "sglang" else gone]
+                dep.bootstrap[9999] = "gone"  # the decode stub takes it: only the prefill fails
             else:
                 cfg["encode"][0]["url"] = gone
             async with gateway(cfg) as (url, rt, client):
@@ -134,7 +136,7 @@ def _dead(engine: str, role: str):
 
 def test_a_dead_backend_gives_502_naming_it() -> None:
     for engine, role in (("vllm", "encode"), ("vllm", "prefill"), ("vllm", "decode"),
-                         ("sglang", "decode")):
+                         ("sglang", "prefill"), ("sglang", "decode")):
         gone, status, raw, snap = _dead(engine, role)
         err = json.loads(raw)["error"]
         assert status == 502, (engine, role, raw)
