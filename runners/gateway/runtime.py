@@ -54,18 +54,11 @@ class Metrics:
     encode_requests: int = 0
     remote_prefills: int = 0
     local_prefills: int = 0
-    batches: list = field(default_factory=list)  # the last `keep` releases: (encoder, rids)
-    keep: int = 1000
-
-
-@dataclass
-class _Waiting:
-    rid: str
-    release: asyncio.Future
 
 
 class Runtime:
-    """The policies and the state of one gateway; `serve` runs a request through them."""
+    """The policies and the state of one gateway; `start` runs a request through them up to
+    its decode server's answer, which the HTTP front passes on (runners/gateway/server.py)."""
 
     def __init__(self, cfg: GatewayConfig, session: Any):
         self.cfg = cfg
@@ -140,7 +133,7 @@ class Runtime:
         else:  # woke a little early (the loop's clock resolution): again at the deadline
             self._arm(e)
 
-    def _release(self, e: int, batch: list[_Waiting]) -> None:
+    def _release(self, e: int, batch: list[asyncio.Future]) -> None:
         if self.timers[e] is not None:
             self.timers[e].cancel()  # type: ignore[union-attr]
             self.timers[e] = None
@@ -148,12 +141,10 @@ class Runtime:
         m.encode_batches += 1
         m.encode_batch_sizes[len(batch)] += 1
         m.encode_requests += len(batch)
-        m.batches.append((e, [w.rid for w in batch]))
-        del m.batches[:-m.keep]
         tag = f"{m.encode_batches}/{len(batch)}"  # batch number / size
-        for w in batch:
-            if not w.release.done():  # its client may have gone
-                w.release.set_result(tag)
+        for waiting in batch:
+            if not waiting.done():  # its client may have gone
+                waiting.set_result(tag)
 
     # -- routing ---------------------------------------------------------------------------
     def route_prefill(self, e: int | None) -> tuple[str, int, Server]:
@@ -182,7 +173,7 @@ class Runtime:
         if media_items(body):
             e = self.encode.pick()
             try:
-                hdr = {"x-hastune-batch": await self._waited(e, rid)}
+                hdr = {"x-hastune-batch": await self._waited(e)}
                 extra = await self.handoff.encode(self.up, self.cfg.encode[e].url, body, rid,
                                                   hdr)
             except BaseException:
@@ -193,23 +184,23 @@ class Runtime:
             self.encode.release(e)
         return await self._prefill_decode(path, body, rid, e, extra, encoding=None)
 
-    async def _waited(self, e: int, rid: str) -> str:
+    async def _waited(self, e: int) -> str:
         """Wait in encode server e's batcher until its batch is released: the batch's tag
         ("number/size", sent to the encode server as x-hastune-batch)."""
         loop = asyncio.get_running_loop()
-        fut_item = _Waiting(rid, loop.create_future())
-        batch = self.policies[e].batcher.add(loop.time(), fut_item)
+        waiting = loop.create_future()
+        batch = self.policies[e].batcher.add(loop.time(), waiting)
         if batch is not None:
             self._release(e, batch)
         else:
             self._arm(e)
         try:
-            return await fut_item.release
+            return await waiting
         except asyncio.CancelledError:
-            self._drop(e, fut_item)
+            self._drop(e, waiting)
             raise
 
-    def _drop(self, e: int, item: _Waiting) -> None:
+    def _drop(self, e: int, item: asyncio.Future) -> None:
         """A client gone while its request waited in the batcher: out of the batch."""
         items = self.policies[e].batcher.items
         if item in items:
