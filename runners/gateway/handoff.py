@@ -7,8 +7,9 @@ are the same in both):
 
 1. encode: one POST {encode}/v1/chat/completions per media item (`image_url`, `audio_url`,
    `input_audio`, `video_url`), all to the request's encode server (the proxy spreads them
-   round-robin; EAServe keeps them beside the co-resident prefill), with the text removed: {"model", "messages": [{"role": "user",
-   "content": [item]}], "max_tokens": 1, "stream": false}, header x-request-id
+   round-robin; EAServe keeps them beside the co-resident prefill), with the text removed:
+   {"model", "messages": [{"role": "user", "content": [item]}], "max_tokens": 1,
+   "stream": false}, header x-request-id
    "<rid>:<index>:<hex>". The encoder (--mm-encoder-only, ec_producer) publishes the
    embedding through the EC connector; a later proxy also reads `ec_transfer_params` from its
    answer and carries them on to the consumers, which this does too when present.
