@@ -2,17 +2,20 @@
 
 vLLM 0.33.0 — mirrors vLLM's EPD proxy, examples/disaggregated/disaggregated_encoder/
 disagg_epd_proxy.py (read at 7e4cd77021afa2d7298f9e6836dc789517b01925, where it sat under
-examples/online_serving/, and at da94e34ca2e5ede302712e380e8a19bc944f5df1; the fields used here
-are the same in both):
+examples/online_serving/, and at da94e34ca2e5ede302712e380e8a19bc944f5df1; which of the two
+the 0.33.0 release matches was not pinned down: the prefill and decode fields are the same in
+both, the encode request differs as said below):
 
 1. encode: one POST {encode}/v1/chat/completions per media item (`image_url`, `audio_url`,
    `input_audio`, `video_url`), all to the request's encode server (the proxy spreads them
    round-robin; EAServe keeps them beside the co-resident prefill), with the text removed:
    {"model", "messages": [{"role": "user", "content": [item]}], "max_tokens": 1,
-   "stream": false}, header x-request-id
-   "<rid>:<index>:<hex>". The encoder (--mm-encoder-only, ec_producer) publishes the
-   embedding through the EC connector; a later proxy also reads `ec_transfer_params` from its
-   answer and carries them on to the consumers, which this does too when present.
+   "stream": false}, header x-request-id "<rid>:<index>:<hex>" (as at 7e4cd770; the later
+   proxy drops max_tokens, its encoder never samples, and adds a content hash as the item's
+   "uuid", batching a request's images per encoder). The encoder (--mm-encoder-only,
+   ec_producer) publishes the embedding through the EC connector; the later proxy also reads
+   `ec_transfer_params` from its answer and carries them on to the consumers, which this does
+   too when present.
 2. prefill: the original body with stream false, max_tokens 1 (max_completion_tokens 1 where
    set), no stream_options, and kv_transfer_params {"do_remote_decode": true,
    "do_remote_prefill": false, "remote_engine_id": null, "remote_block_ids": null,
