@@ -55,7 +55,7 @@ def test_ci_runs_the_readmes_own_commands() -> None:
     spec.loader.exec_module(mod)
     install = mod.block(README, mod.SECTIONS["install"])
     test = mod.block(README, mod.SECTIONS["test"])
-    assert "pip install torch==2.13.0" in install and ".[test,ray,kernels]" in install
+    assert "pip install torch==2.13.0" in install and ".[test,ray,kernels,gateway]" in install
     assert "hastune tune examples/" in install and "scripts/test" in test
     run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "readme_blocks.py install" in run and "readme_blocks.py test" in run

@@ -18,6 +18,7 @@ def _register() -> None:
         evaluate,
         export,
         fidelity,
+        gateway,
         model,
         plan,
         profile,

@@ -75,6 +75,11 @@ class LeastInFlight:
         load[k] += 1
         return k
 
+    def take(self, k: int, n: int = 1) -> None:
+        """n requests sent to replica k by the caller's own choice (the gateway's pinned
+        hand-off: an encode GPU's co-resident prefill); `release` ends them."""
+        self.inflight[k] += n
+
     def release(self, k: int, n: int = 1) -> None:
         """n requests that `pick` sent to replica k left it."""
         self.inflight[k] -= n

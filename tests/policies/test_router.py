@@ -56,3 +56,14 @@ def test_least_in_flight_among_live_replicas():
     r = LeastInFlight(3)
     assert [r.route(i, live=[1, 2]) for i in range(4)] == [1, 2, 1, 2]
     assert r.route(9) == 0
+
+
+def test_take_pins_a_request_and_pick_sees_it():
+    """take(k): the caller chose replica k (the gateway's co-resident prefill); pick then
+    counts it like its own."""
+    r = LeastInFlight(3)
+    r.take(0)
+    r.take(1, 2)
+    assert r.inflight == [1, 2, 0] and r.pick() == 2 and r.pick() == 0
+    r.release(1, 2)
+    assert r.inflight == [2, 0, 1]
