@@ -64,6 +64,6 @@ class Deployment:
     # an encode GPU's SM share under CUDA MPS, its co-resident prefill server the rest (None:
     # no GPU holds two servers)
     sm_split: float | None = None
-    # EAServe's runtime in front (the hastune gateway, runners/gateway: micro-batching, the
-    # remote share s, the co-resident prefill) instead of the engine's router
-    gateway: bool = False
+    # EAServe's runtime in front (the hastune gateway, runners/gateway) instead of the
+    # engine's router or proxy: its knobs (B, s, p, max_gap_ms); None: the engine's own front
+    gateway: dict[str, Any] | None = None

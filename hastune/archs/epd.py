@@ -101,11 +101,13 @@ class EPD(EncodePrefillDecode):
         pool (s ≥ 0.5 with one) or makes the encode GPUs prefill instances that encode
         inline (P/D)."""
         s = cfg.s
-        notes = [f"p = {cfg.p:g} and max_gap_ms = {cfg.max_gap_ms}: the encode batcher's "
-                 "Poisson-gap rule has no engine flag; B bounds the encode servers' concurrent "
-                 "requests"]
+        notes = ["the hastune gateway in front (router.sh) runs EAServe's encode batcher (B, "
+                 f"p = {cfg.p:g}, max_gap_ms = {cfg.max_gap_ms}) and least-in-flight routing "
+                 "with the simulator's policy objects; B also bounds the encode servers' "
+                 "concurrent requests"]
         if s >= 1.0:
             dep = super().deployment(cfg, gpus_per_node, closest)
+            dep.gateway = self.runtime(cfg)
             dep.notes += notes + ["s = 1: every prefill is remote, so the encode GPUs only "
                                   "encode (sm_budget has nothing to split)"]
             return dep
@@ -116,7 +118,9 @@ class EPD(EncodePrefillDecode):
                  "the offload ratio s (share of prefills sent to the remote pool) has no "
                  "engine flag: routers balance over the prefill servers they are given"]
         if cfg.sm_split is not None:
-            return self._fixed_split(cfg)
+            dep = self._fixed_split(cfg)
+            dep.notes[:0] = notes
+            return dep
         block[0] += " (a fixed split, sm_split, deploys under CUDA MPS behind the hastune gateway)"
         if not closest:
             return Deployment(Topology.EPD, [], blocking=block, notes=notes,
@@ -155,13 +159,19 @@ class EPD(EncodePrefillDecode):
         pools = self.role_pools(cfg)
         pools.insert(2, Pool("prefill", cfg.n_E, cfg.tp_E, co_resident=True))
         f = cfg.sm_split
-        return Deployment(Topology.EPD, pools, encode_batch=cfg.B, sm_split=f, gateway=True,
+        return Deployment(Topology.EPD, pools, encode_batch=cfg.B, sm_split=f,
+                          gateway=self.runtime(cfg),
                           notes=[f"sm_split = {f:g}: one split for every encode batch (CUDA "
                                  "MPS caps each server's SMs once, at its start), as tuned; "
                                  "the two servers each hold their own weights and KV budget",
-                                 "the gateway runs EAServe's batcher, the remote share s and "
-                                 "least-in-flight routing; sm_budget is not used (the split "
-                                 "is fixed)"])
+                                 "the gateway sends a share s of prefills to the remote "
+                                 "pool and the rest to the encoding GPU's own prefill "
+                                 "server; sm_budget is not used (the split is fixed)"])
+
+    @staticmethod
+    def runtime(cfg: Any) -> dict[str, Any]:
+        """What the hastune gateway applies of the config (runners/gateway/config.py)."""
+        return {"B": cfg.B, "s": cfg.s, "p": cfg.p, "max_gap_ms": cfg.max_gap_ms}
 
 
 ARCH = EPD()

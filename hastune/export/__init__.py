@@ -129,8 +129,9 @@ def export(cfg: ConfigBase, target: Target, engine: str, out: str | Path,
         p = _runners_plan(cfg, p)
     res = ExportResult(engine, out, p)
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.sh"):  # a previous export's scripts are not this one's
-        old.unlink()
+    for old in [*out.glob("*.sh"), out / "gateway.yaml"]:  # a previous export's are not
+        if old.exists():                                    # this one's
+            old.unlink()
     if not p.blocking:
         if engine in ("vllm", "sglang"):
             res.files += _write_scripts(res, cfg, target, engine, dummy)
@@ -196,6 +197,14 @@ def _write_scripts(res: ExportResult, cfg: ConfigBase, t: Target, engine: str,
         files.append(_write(res.out / script, text))
     from hastune.export.engines import MPS_LOG, MPS_PIPE
 
+    if p.gateway is not None:  # what the gateway in router.sh reads
+        import yaml
+
+        from hastune.export.engines import GATEWAY_FILE, gateway_config
+
+        files.append(_write(res.out / GATEWAY_FILE, "# The hastune gateway's config (hastune "
+                            "gateway, run by router.sh); written by `hastune export`\n"
+                            + yaml.safe_dump(gateway_config(p, t, engine), sort_keys=False)))
     files.append(_write(res.out / "launch.sh", launch_script(
         order, model, p.nodes, f"launch: {title}", p.mps_gpus, (MPS_PIPE, MPS_LOG))))
     return files

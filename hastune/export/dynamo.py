@@ -132,7 +132,7 @@ def validate(doc: dict[str, Any]) -> None:
 
 def backend_blocking(p: Plan, backend: str) -> str | None:
     """Why Dynamo with `backend` cannot launch plan `p` (None: it can)."""
-    if p.gateway:
+    if p.sm_split is not None:
         return ("the co-resident prefill (sm_split: an encode server and a prefill server on "
                 "each encode GPU under CUDA MPS) needs the hastune gateway in front, and "
                 "Dynamo's Frontend routes requests itself: export it for vllm or sglang")

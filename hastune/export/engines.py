@@ -116,7 +116,52 @@ def vllm_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
     return out
 
 
+GATEWAY_FILE = "gateway.yaml"  # beside the scripts: what `hastune gateway` reads
+
+
+def gateway_front(p: Plan) -> Command:
+    """The hastune gateway (runners/gateway) in front of an E/P/D deployment: it reads
+    gateway.yaml beside the scripts (`gateway_config`); the nodes' addresses reach it through
+    its environment (the file names them as $NODE_ADDR_<k>)."""
+    c = Command("hastune-gateway", ["hastune", "gateway", f"$DEPLOY_DIR/{GATEWAY_FILE}"],
+                name="gateway", port=ROUTER_PORT)
+    c.add("--host", "$HOST").add("--port", ROUTER_PORT)
+    for k in range(p.nodes):
+        c.env[f"NODE_ADDR_{k}"] = f"$NODE_ADDR_{k}"
+    return c
+
+
+def gateway_config(p: Plan, t: Target, engine: str) -> dict:
+    """gateway.yaml (runners/gateway/config.py): the engine's servers by role, each encode
+    server with its co-resident prefill server (sm_split), the runtime's knobs."""
+    knobs = dict(p.gateway or {})
+    boot = _bootstrap_ports(p) if engine == "sglang" else {}
+
+    def server(inst: Instance) -> str | dict:
+        return {"url": url(inst), "bootstrap_port": boot[inst.name]} if boot else url(inst)
+
+    local = {i.pair: i for i in p.role("prefill") if i.pair is not None}
+    return {
+        "engine": engine, "model": t.engine_model,
+        "encode": [{"url": url(e), "prefill": server(local[e.index])} if e.index in local
+                   else {"url": url(e)} for e in p.role("encode")],
+        "prefill": [server(i) for i in p.role("prefill") if i.pair is None],
+        "decode": [url(i) for i in p.role("decode")],
+        "B": knobs["B"], "s": knobs["s"],
+        "batcher": {"p": knobs["p"], "max_gap_ms": knobs["max_gap_ms"],
+                    "rate_hint": round(max(t.goodput_rps, 1e-3), 3)},
+    }
+
+
+def _bootstrap_ports(p: Plan) -> dict[str, int]:
+    """SGLang: each prefill server's --disaggregation-bootstrap-port, by instance name."""
+    return {inst.name: BOOTSTRAP_PORT + k for k, inst in enumerate(p.instances)
+            if inst.role == "prefill"}
+
+
 def _vllm_front(p: Plan) -> Command:
+    if p.gateway is not None:
+        return gateway_front(p)
     if p.topology is Topology.EPD:
         c = Command("vllm-epd-proxy", ["python3", EPD_PROXY], name="proxy", port=ROUTER_PORT)
         c.add("--host", "$HOST").add("--port", ROUTER_PORT)
@@ -162,9 +207,12 @@ def sglang_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
         elif p.topology.moves_embeddings and inst.role == "prefill":
             # the language server that takes the encoders' embeddings (SGLang's EPD docs:
             # decode servers are plain P/D decode servers); each runs an encoder bootstrap
-            # server, 8997 unless told: one port each, or two on a host collide
+            # server, 8997 unless told: one port each, or two on a host collide. A
+            # co-resident prefill server names only its own GPU's encoder: SGLang's prefill
+            # server picks the encoder itself
             c.add("--language-only")
-            c.add("--encoder-urls", *encoders)
+            c.add("--encoder-urls", *([url(p.role("encode")[inst.pair])]
+                                      if inst.pair is not None else encoders))
             c.add("--encoder-bootstrap-port", ENCODER_BOOTSTRAP_PORT + inst.index)
         if inst.role in ("prefill", "decode") and p.topology.moves_kv:
             c.add("--disaggregation-mode", inst.role)
@@ -172,6 +220,9 @@ def sglang_commands(p: Plan, t: Target, dummy: bool = False) -> list[Command]:
             if inst.role == "prefill":
                 c.add("--disaggregation-bootstrap-port", BOOTSTRAP_PORT + k)
         out.append(c)
+    if p.gateway is not None:
+        out.append(gateway_front(p))
+        return out
     r = Command("sglang-router", ["python3", "-m", "sglang_router.launch_router"],
                 name="router", port=ROUTER_PORT)
     r.add("--host", "$HOST").add("--port", ROUTER_PORT)

@@ -5,7 +5,9 @@ the engine's own argument parser at a pinned release (its wheel named, with its 
 flag's dest, the kind of value it takes (flag: none, int, float, json, str, probed on the
 parser's type function), its choices and nargs, and the source file that defines it. Two small
 sets were read by hand from the projects' sources, and say so in their `source`: the EPD
-proxy that vLLM ships as an example (not in the wheel) and Dynamo's own worker flags.
+proxy that vLLM ships as an example (not in the wheel) and Dynamo's own worker flags. The
+hastune gateway's (`hastune gateway`, this repository's own) are its typer command's options,
+and a test keeps the two equal.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ FILES = {
     "vllm-epd-proxy": "flags_vllm_epd_proxy.json",
     "dynamo-vllm": "flags_dynamo_vllm.json",
     "dynamo-sglang": "flags_dynamo_sglang.json",
+    "hastune-gateway": "flags_hastune_gateway.json",
 }
 # Dynamo's workers take the engine's own flags besides theirs
 BASE = {"dynamo-vllm": "vllm", "dynamo-sglang": "sglang"}

@@ -12,7 +12,7 @@ Nothing from the recipe, config or model reaches the shell unquoted: a value is 
 (`literal`: single quotes, or $'…' where it holds a newline or another unprintable character),
 a comment is one line (`one_line`), and the only expansions in a command's words are
 hastune's own variables (`quote`: $MODEL, $HOST, $LOG_DIR, $NODE_RANK, $VLLM_SRC,
-$NODE_ADDR_<k>, as whole names), never a command substitution.
+$DEPLOY_DIR, $NODE_ADDR_<k>, as whole names), never a command substitution.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from hastune.export.flags import Command
 
 FRONTS = ("router", "proxy", "gateway")  # what launch.sh starts last, behind the servers
 ROLE_FILES = {"E": "encode", "P": "prefill", "D": "decode", "R": "replica", "I": "replica"}
-_NAMES = r"MODEL|HOST|LOG_DIR|NODE_RANK|VLLM_SRC|NODE_ADDR_[0-9]+"
+_NAMES = r"MODEL|HOST|LOG_DIR|NODE_RANK|VLLM_SRC|DEPLOY_DIR|NODE_ADDR_[0-9]+"
 VARIABLE = re.compile(rf"\$(?:\{{({_NAMES})\}}|({_NAMES})(?![A-Za-z0-9_]))")
 
 
@@ -84,7 +84,9 @@ def command_text(cmd: Command, extra: bool) -> str:
     return " \\\n    ".join(lines)
 
 
-def preamble(model: str, nodes: int, title: str, extra: bool = False) -> str:
+def preamble(model: str, nodes: int, title: str, extra: bool = False,
+             here: bool = False) -> str:
+    """The lines every script starts with; `here`: it names files beside it ($DEPLOY_DIR)."""
     addrs = "".join(f'NODE_ADDR_{k}="${{NODE_ADDR_{k}:-127.0.0.1}}"\n' for k in range(nodes))
     # shellcheck takes quotes in a literal for quoting meant to act later (SC2089/SC2090)
     quiet = ("# shellcheck disable=SC2089,SC2090  # quotes in the model's name are part of it\n"
@@ -94,6 +96,8 @@ def preamble(model: str, nodes: int, title: str, extra: bool = False) -> str:
             f'if [ -z "${{MODEL:-}}" ]; then MODEL={literal(model)}; fi\n'
             + f'HOST="${{HOST:-{"0.0.0.0" if nodes > 1 else "127.0.0.1"}}}"\n'
             + 'LOG_DIR="${LOG_DIR:-./logs}"\nNODE_RANK="${NODE_RANK:-0}"\n' + addrs
+            + ('DEPLOY_DIR="$(cd "$(dirname "$0")" && pwd)"  # the folder of these scripts\n'
+               if here else "")
             + ('read -r -a EXTRA <<< "${EXTRA_ARGS:-}"\n' if extra else "")
             + 'mkdir -p "$LOG_DIR"\n'
             "export MODEL HOST LOG_DIR NODE_RANK\n")
@@ -101,7 +105,8 @@ def preamble(model: str, nodes: int, title: str, extra: bool = False) -> str:
 
 def role_script(role: str, cmds: list[Command], model: str, nodes: int, title: str,
                 extra: bool = True, setup: str = "") -> str:
-    body = [preamble(model, nodes, title, extra), setup, "pids=()\n",
+    here = any("$DEPLOY_DIR" in w for c in cmds for w in c.words)
+    body = [preamble(model, nodes, title, extra, here), setup, "pids=()\n",
             "trap 'kill \"${pids[@]}\" 2>/dev/null || true' INT TERM EXIT\n"]
     for c in cmds:
         gpus = c.env.get("CUDA_VISIBLE_DEVICES")

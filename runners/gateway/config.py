@@ -6,7 +6,8 @@ InputError naming the file, the field and the fix.
     engine: vllm                     # vllm | sglang: which hand-off the servers speak
     model: Qwen/Qwen2.5-VL-7B-Instruct
     listen: {host: 127.0.0.1, port: 8000}
-    encode:                          # one entry per encode GPU
+    encode:                          # one entry per encode GPU ($NODE_ADDR_<k>: from the
+                                     # environment, as `hastune export` writes them)
       - url: http://127.0.0.1:8100
         prefill: http://127.0.0.1:8110   # its co-resident (local) prefill server, or null
     prefill:                         # the remote prefill pool
@@ -21,6 +22,8 @@ InputError naming the file, the field and the fix.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -35,7 +38,24 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+NODE_ADDR = re.compile(r"\$(?:\{(NODE_ADDR_[0-9]+)\}|(NODE_ADDR_[0-9]+)(?![A-Za-z0-9_]))")
+
+
+def _nodes(url: str) -> str:
+    """A URL with the nodes' addresses filled in: `hastune export` writes them as
+    $NODE_ADDR_<k>, set by its scripts (and read from this process's environment)."""
+    def addr(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        value = os.environ.get(name)
+        if not value:
+            raise ValueError(f"{url!r} names ${name}, which is not set. Fix: export {name}="
+                             "the address of that node (launch.sh and router.sh set it)")
+        return value
+    return NODE_ADDR.sub(addr, url)
+
+
 def _check_url(url: str) -> str:
+    url = _nodes(url)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{url!r} is not an http(s) URL with a host. "
