@@ -115,7 +115,8 @@ def _bar(con: Console, quiet: bool):
 
 def _shipped(measurements: Path, models: dict[str, str], engine: str | None, rows: bool,
              as_json: bool, con: Console) -> None:
-    """`--shipped`: every row with the shipped terms; a table per engine (or one JSON)."""
+    """`--shipped`: every row with the shipped terms; a table row per engine and mode (agg and
+    disagg each on its own), or one JSON."""
     from hastune.fidelity import shipped
 
     with _bar(con, as_json) as progress:
@@ -131,20 +132,24 @@ def _shipped(measurements: Path, models: dict[str, str], engine: str | None, row
         print(dumps(res))
         return
     out = Console(highlight=False)
+    per_mode = ", ".join(f"{m} {b['coverage']:.0%} of {b['rows']}"
+                         for m, b in res["modes"].items())
     t = Table(title=f"shipped engine terms on {measurements} ({res['coverage']:.0%} of rows "
-              "scored)")
-    for col in ("engine", "rows", "scored", "TTFT |err| %", "TTFT bias %", "TPOT |err| %",
-                "TPOT bias %", "unsupported, by reason"):
+              f"scored: {per_mode}); |err| median / P90, bias: median signed error")
+    for col in ("engine", "mode", "rows", "scored", "TTFT |err| %", "TTFT P90 %", "TTFT bias %",
+                "TPOT |err| %", "TPOT P90 %", "TPOT bias %", "unsupported, by reason"):
         t.add_column(col)
 
     def pct(v: float | None, signed: bool) -> str:
         return "-" if v is None else f"{v:+.0f}" if signed else f"{v:.0f}"
 
-    for e, b in res["engines"].items():
-        cells = [pct(b[k], "bias" in k) for k in ("ttft_median_abs_pct", "ttft_bias_pct",
-                                                   "tpot_median_abs_pct", "tpot_bias_pct")]
-        why = "; ".join(f"{n} {r}" for r, n in list(b["unsupported_by"].items())[:3])
-        t.add_row(e, str(b["rows"]), str(b["scored"]), *cells, why or "-")
+    for m, mb in res["modes"].items():  # each mode on its own: agg, then disagg
+        for e, b in mb["engines"].items():
+            cells = [pct(b[k], "bias" in k) for k in (
+                "ttft_median_abs_pct", "ttft_p90_abs_pct", "ttft_bias_pct",
+                "tpot_median_abs_pct", "tpot_p90_abs_pct", "tpot_bias_pct")]
+            why = "; ".join(f"{n} {r}" for r, n in list(b["unsupported_by"].items())[:3])
+            t.add_row(e, m, str(b["rows"]), str(b["scored"]), *cells, why or "-")
     out.print(t)
     for r in res.get("rows", []):
         tt, tp = r["ttft_ms"], r["tpot_ms"]
