@@ -2,9 +2,9 @@
 
 - On generated files — measured rows of the shipped file mixed with rows hastune cannot
   simulate (disaggregated runs without worker counts, a system or precision it has no profile
-  for, pipeline parallel, a model with no config, a bad number) — every row comes back once, in order, `scored` with
-  both latencies or `unsupported` with the reason that applies; the coverage and the
-  per-engine counts are those rows'.
+  for, pipeline parallel, a model with no config, a bad number) — every row comes back once, in
+  order, `scored` with both latencies or `unsupported` with the reason that applies; the
+  coverage and the per-engine counts are those rows'.
 - A scored row is simulated with the terms hastune.engine_fitted ships for its (engine, GPU),
   under the benchmark-client rules `fidelity` fits them under (hastune.fidelity.fit.shipped):
   the same numbers.
