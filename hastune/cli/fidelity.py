@@ -135,21 +135,21 @@ def _shipped(measurements: Path, models: dict[str, str], engine: str | None, row
     per_mode = ", ".join(f"{m} {b['coverage']:.0%} of {b['rows']}"
                          for m, b in res["modes"].items())
     t = Table(title=f"shipped engine terms on {measurements} ({res['coverage']:.0%} of rows "
-              f"scored: {per_mode}); |err| median / P90, bias: median signed error")
-    for col in ("engine", "mode", "rows", "scored", "TTFT |err| %", "TTFT P90 %", "TTFT bias %",
-                "TPOT |err| %", "TPOT P90 %", "TPOT bias %", "unsupported, by reason"):
+              f"scored: {per_mode}); errors in %: median |error| / P90 |error| / bias")
+    for col in ("engine", "mode", "rows", "scored", "TTFT", "TPOT", "unsupported, by reason"):
         t.add_column(col)
 
-    def pct(v: float | None, signed: bool) -> str:
-        return "-" if v is None else f"{v:+.0f}" if signed else f"{v:.0f}"
+    def pct(b: dict, k: str) -> str:
+        if b[f"{k}_median_abs_pct"] is None:
+            return "-"
+        return (f"{b[f'{k}_median_abs_pct']:.0f} / {b[f'{k}_p90_abs_pct']:.0f} / "
+                f"{b[f'{k}_bias_pct']:+.0f}")
 
     for m, mb in res["modes"].items():  # each mode on its own: agg, then disagg
         for e, b in mb["engines"].items():
-            cells = [pct(b[k], "bias" in k) for k in (
-                "ttft_median_abs_pct", "ttft_p90_abs_pct", "ttft_bias_pct",
-                "tpot_median_abs_pct", "tpot_p90_abs_pct", "tpot_bias_pct")]
             why = "; ".join(f"{n} {r}" for r, n in list(b["unsupported_by"].items())[:3])
-            t.add_row(e, m, str(b["rows"]), str(b["scored"]), *cells, why or "-")
+            t.add_row(e, m, str(b["rows"]), str(b["scored"]), pct(b, "ttft"), pct(b, "tpot"),
+                      why or "-")
     out.print(t)
     for r in res.get("rows", []):
         tt, tp = r["ttft_ms"], r["tpot_ms"]
