@@ -42,8 +42,10 @@ def fidelity(
                                        "the prompt tokens' kernel time on top of the kernel "
                                        "scale (held at 1 otherwise; docs/fidelity.md)"),
     shipped: bool = typer.Option(False, "--shipped", help="score the engine terms as shipped "
-                                 "(no refit) on every row: each scored, or unsupported with "
-                                 "why; --rows lists them"),
+                                 "(no refit) on every row, a disaggregated one as a fudg "
+                                 "deployment of its workers: each scored, or unsupported "
+                                 "with why; agg and disagg summarised apart; --rows lists "
+                                 "them"),
 ) -> None:
     """Simulate every measured run (one aggregated instance, closed-loop clients, fixed
     lengths), fit the engine terms per (engine, GPU) with folds that leave whole isl × osl

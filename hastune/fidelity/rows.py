@@ -179,9 +179,11 @@ def _disagg_case(row: dict, p: Path, line: int) -> Case:
                          "empty): the pools' sizes are not known")
     side: dict[str, dict[str, int]] = {}
     for s in ("prefill", "decode"):
-        side[s] = {k: int(_num(row, f"{s}_{k}", p, line, True)) if cell.get(f"{s}_{k}")
-                   else 1 for k in ("num_workers", "tp_size", "pp_size", "attention_dp_size",
-                                    "moe_tp_size", "moe_ep_size")}
+        # workers and TP must be given; an empty PP, attention-DP, MoE TP or EP is 1 (none)
+        side[s] = {k: int(_num(row, f"{s}_{k}", p, line, True))
+                   if cell.get(f"{s}_{k}") or k in ("num_workers", "tp_size") else 1
+                   for k in ("num_workers", "tp_size", "pp_size", "attention_dp_size",
+                             "moe_tp_size", "moe_ep_size")}
     for s, v in side.items():
         if v["pp_size"] != 1:
             raise Unmodelled(f"disagg: pipeline parallel not modelled ({s} PP {v['pp_size']})")
