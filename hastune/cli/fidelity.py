@@ -42,8 +42,10 @@ def fidelity(
                                        "the prompt tokens' kernel time on top of the kernel "
                                        "scale (held at 1 otherwise; docs/fidelity.md)"),
     shipped: bool = typer.Option(False, "--shipped", help="score the engine terms as shipped "
-                                 "(no refit) on every row: each scored, or unsupported with "
-                                 "why; --rows lists them"),
+                                 "(no refit) on every row, a disaggregated one as a fudg "
+                                 "deployment of its workers: each scored, or unsupported "
+                                 "with why; agg and disagg summarised apart; --rows lists "
+                                 "them"),
 ) -> None:
     """Simulate every measured run (one aggregated instance, closed-loop clients, fixed
     lengths), fit the engine terms per (engine, GPU) with folds that leave whole isl × osl
@@ -115,7 +117,8 @@ def _bar(con: Console, quiet: bool):
 
 def _shipped(measurements: Path, models: dict[str, str], engine: str | None, rows: bool,
              as_json: bool, con: Console) -> None:
-    """`--shipped`: every row with the shipped terms; a table per engine (or one JSON)."""
+    """`--shipped`: every row with the shipped terms; a table row per engine and mode (agg and
+    disagg each on its own), or one JSON."""
     from hastune.fidelity import shipped
 
     with _bar(con, as_json) as progress:
@@ -131,20 +134,24 @@ def _shipped(measurements: Path, models: dict[str, str], engine: str | None, row
         print(dumps(res))
         return
     out = Console(highlight=False)
+    per_mode = ", ".join(f"{m} {b['coverage']:.0%} of {b['rows']}"
+                         for m, b in res["modes"].items())
     t = Table(title=f"shipped engine terms on {measurements} ({res['coverage']:.0%} of rows "
-              "scored)")
-    for col in ("engine", "rows", "scored", "TTFT |err| %", "TTFT bias %", "TPOT |err| %",
-                "TPOT bias %", "unsupported, by reason"):
+              f"scored: {per_mode}); errors in %: median |error| / P90 |error| / bias")
+    for col in ("engine", "mode", "rows", "scored", "TTFT", "TPOT", "unsupported, by reason"):
         t.add_column(col)
 
-    def pct(v: float | None, signed: bool) -> str:
-        return "-" if v is None else f"{v:+.0f}" if signed else f"{v:.0f}"
+    def pct(b: dict, k: str) -> str:
+        if b[f"{k}_median_abs_pct"] is None:
+            return "-"
+        return (f"{b[f'{k}_median_abs_pct']:.0f} / {b[f'{k}_p90_abs_pct']:.0f} / "
+                f"{b[f'{k}_bias_pct']:+.0f}")
 
-    for e, b in res["engines"].items():
-        cells = [pct(b[k], "bias" in k) for k in ("ttft_median_abs_pct", "ttft_bias_pct",
-                                                   "tpot_median_abs_pct", "tpot_bias_pct")]
-        why = "; ".join(f"{n} {r}" for r, n in list(b["unsupported_by"].items())[:3])
-        t.add_row(e, str(b["rows"]), str(b["scored"]), *cells, why or "-")
+    for m, mb in res["modes"].items():  # each mode on its own: agg, then disagg
+        for e, b in mb["engines"].items():
+            why = "; ".join(f"{n} {r}" for r, n in list(b["unsupported_by"].items())[:3])
+            t.add_row(e, m, str(b["rows"]), str(b["scored"]), pct(b, "ttft"), pct(b, "tpot"),
+                      why or "-")
     out.print(t)
     for r in res.get("rows", []):
         tt, tp = r["ttft_ms"], r["tpot_ms"]

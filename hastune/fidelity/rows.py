@@ -1,11 +1,14 @@
 """Measured end-to-end runs (the silicon CSV format of hastune/data/calibration/e2e/) as cases
 the simulator can run: one aggregated engine instance (tp GPUs), `batch_size` closed-loop
-clients, every request exactly `isl` prompt and `osl` output tokens."""
+clients, every request exactly `isl` prompt and `osl` output tokens; or (`read_rows`) a
+disaggregated run as a `fudg` deployment (`Pools`: prefill workers × TP, decode workers × TP),
+its clients `decode_batch_size` per decode worker and attention-DP rank."""
 
 from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +30,24 @@ QUANT = {"": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8"}
 
 
 @dataclass(frozen=True)
+class Pools:
+    """A disaggregated run's two pools as fudg runs them: `*_workers` instances of `*_tp` GPUs
+    each, a pool's MoE experts split over its TP group (`*_ep` False: the row's MoE TP = TP,
+    EP 1) or whole on each GPU of it (True: EP = TP, MoE TP 1)."""
+
+    prefill_workers: int
+    prefill_tp: int
+    prefill_ep: bool
+    decode_workers: int
+    decode_tp: int
+    decode_ep: bool
+
+    @property
+    def gpus(self) -> int:
+        return self.prefill_workers * self.prefill_tp + self.decode_workers * self.decode_tp
+
+
+@dataclass(frozen=True)
 class Case:
     """One measured run."""
 
@@ -43,6 +64,12 @@ class Case:
     ttft_ms: float
     tpot_ms: float
     line: int
+    pools: Pools | None = None  # a disaggregated run's pools (tp: its decode workers' TP)
+
+    @property
+    def gpus(self) -> int:
+        """The GPUs the run used: its TP group, or every worker of both pools."""
+        return self.tp if self.pools is None else self.pools.gpus
 
     @property
     def group(self) -> tuple[str, str]:
@@ -100,6 +127,18 @@ ENGINES = ("vllm", "sglang", "trtllm")  # a row's `backend`
 
 
 def _case(row: dict, p: Path, line: int) -> Case:
+    fields = _common(row, p, line)
+    pp = (row.get("pp_size") or "1").strip() or "1"
+    if float(pp) != 1:
+        raise InputError(p, f"line {line}: pp_size", "pipeline parallel runs are not "
+                         "modelled here", "drop the row")
+    return Case(**fields, clients=int(_num(row, "batch_size", p, line, True)),
+                tp=int(_num(row, "tp_size", p, line, True)))
+
+
+def _common(row: dict, p: Path, line: int) -> dict:
+    """What an aggregated and a disaggregated row share: engine, system, precision, model,
+    lengths and the measured latencies (InputError naming what is wrong)."""
     eng = (row["backend"] or "").strip()
     if eng not in ENGINES:
         raise InputError(p, f"line {line}: backend", f"unknown engine {eng!r}",
@@ -112,19 +151,71 @@ def _case(row: dict, p: Path, line: int) -> Case:
     if quant not in QUANT:
         raise InputError(p, f"line {line}: gemm_quant_mode", f"unknown {quant!r}",
                          f"use one of {', '.join(k or '(empty)' for k in QUANT)}")
-    pp = (row.get("pp_size") or "1").strip() or "1"
-    if float(pp) != 1:
-        raise InputError(p, f"line {line}: pp_size", "pipeline parallel runs are not "
-                         "modelled here", "drop the row")
-    return Case(id=(row.get("id") or f"line{line}").strip(), engine=eng,
+    return dict(id=(row.get("id") or f"line{line}").strip(), engine=eng,
                 version=(row.get("backend_version") or "").strip(),
                 model=(row["model_path"] or "").strip(), gpu=SYSTEMS[system],
                 weights=QUANT[quant], isl=int(_num(row, "isl", p, line, True)),
                 osl=int(_num(row, "osl", p, line, True)),
-                clients=int(_num(row, "batch_size", p, line, True)),
-                tp=int(_num(row, "tp_size", p, line, True)),
                 ttft_ms=_num(row, "silicon_ttft_ms", p, line),
                 tpot_ms=_num(row, "silicon_tpot_ms", p, line), line=line)
+
+
+class Unmodelled(ValueError):
+    """A disaggregated row whose deployment fudg does not model, and why (the reason a row of
+    `fidelity --shipped` gets: "disagg: …")."""
+
+
+_CONCURRENCY = re.compile(r"(?:^|;)\s*silicon_concurrency=(\d+)\s*(?:;|$)")
+
+
+def _disagg_case(row: dict, p: Path, line: int) -> Case:
+    """A disaggregated run as a fudg deployment: InputError for what the file gets wrong (as
+    `_case`), Unmodelled for a deployment fudg cannot stand for — worker counts not given,
+    attention-DP, MoE TP × EP mixed in a pool, pipeline stages."""
+    fields = _common(row, p, line)
+    cell = {k: (v or "").strip() for k, v in row.items() if isinstance(k, str)}
+    if not cell.get("prefill_num_workers") or not cell.get("decode_num_workers"):
+        raise Unmodelled("disagg: no worker counts (prefill_num_workers / decode_num_workers "
+                         "empty): the pools' sizes are not known")
+    side: dict[str, dict[str, int]] = {}
+    for s in ("prefill", "decode"):
+        # workers and TP must be given; an empty PP, attention-DP, MoE TP or EP is 1 (none)
+        side[s] = {k: int(_num(row, f"{s}_{k}", p, line, True))
+                   if cell.get(f"{s}_{k}") or k in ("num_workers", "tp_size") else 1
+                   for k in ("num_workers", "tp_size", "pp_size", "attention_dp_size",
+                             "moe_tp_size", "moe_ep_size")}
+    for s, v in side.items():
+        if v["pp_size"] != 1:
+            raise Unmodelled(f"disagg: pipeline parallel not modelled ({s} PP {v['pp_size']})")
+    for s, v in side.items():
+        if v["attention_dp_size"] != 1:
+            raise Unmodelled(f"disagg: attention-DP not modelled ({s} attention-DP "
+                             f"{v['attention_dp_size']} × TP {v['tp_size']})")
+    ep = {}
+    for s, v in side.items():
+        tp, mtp, mep = v["tp_size"], v["moe_tp_size"], v["moe_ep_size"]
+        if mep == 1 and mtp in (1, tp):  # experts split over the TP group (or no MoE)
+            ep[s] = False
+        elif mep == tp and mtp == 1 and tp > 1:  # whole experts on each GPU of the group
+            ep[s] = True
+        else:
+            raise Unmodelled(f"disagg: MoE TP × EP not modelled ({s} MoE TP {mtp} × EP {mep} "
+                             f"over TP {tp}; fudg splits a pool's experts over its TP group "
+                             "or holds them whole: EP 1 or EP = TP)")
+    d = side["decode"]
+    if cell.get("decode_batch_size"):  # clients per decode worker and attention-DP rank
+        clients = d["num_workers"] * d["attention_dp_size"] * int(
+            _num(row, "decode_batch_size", p, line, True))
+    else:
+        m = _CONCURRENCY.search(cell.get("silicon_data_source", ""))
+        if m is None:
+            raise InputError(p, f"line {line}: decode_batch_size", "empty, and "
+                             "silicon_data_source gives no silicon_concurrency",
+                             "give the clients per decode worker")
+        clients = int(m.group(1))
+    pools = Pools(side["prefill"]["num_workers"], side["prefill"]["tp_size"], ep["prefill"],
+                  d["num_workers"], d["tp_size"], ep["decode"])
+    return Case(**fields, clients=clients, tp=pools.decode_tp, pools=pools)
 
 
 def model_dir(name: str, extra: dict[str, str], path: Path) -> str:
@@ -177,9 +268,10 @@ class Row:
 
 
 def read_rows(path: str | Path) -> list[Row]:
-    """Every row of the file, each a case or the reason it is not one (a disaggregated run, an
-    unknown system or precision, a bad number): nothing dropped. The file itself (missing,
-    too large, columns missing) is refused as in `read_cases`."""
+    """Every row of the file, each a case or the reason it is not one (an unknown system or
+    precision, a bad number, a disaggregated deployment fudg does not model): nothing
+    dropped. The file itself (missing, too large, columns missing) is refused as in
+    `read_cases`."""
     p, rows = _rows(path)
     out = []
     for line, row in rows:
@@ -188,15 +280,17 @@ def read_rows(path: str | Path) -> list[Row]:
                     model=cell.get("model_path", ""), system=cell.get("system", ""),
                     mode=cell.get("mode", ""), ttft_ms=_maybe(cell.get("silicon_ttft_ms")),
                     tpot_ms=_maybe(cell.get("silicon_tpot_ms")), line=line)
-        if base["mode"] != "agg":
-            out.append(Row(**base, reason=f"mode {base['mode'] or '(empty)'}: a "
-                           "disaggregated run (prefill and decode workers) is not "
-                           "simulated by fidelity yet"))
+        if base["mode"] not in ("agg", "disagg"):
+            out.append(Row(**base, reason=f"mode {base['mode'] or '(empty)'}: neither agg nor "
+                           "disagg"))
             continue
         try:
-            out.append(Row(**base, case=_case(row, p, line)))
+            make = _case if base["mode"] == "agg" else _disagg_case
+            out.append(Row(**base, case=make(row, p, line)))
         except InputError as exc:
             out.append(Row(**base, reason=f"{exc.field}: {exc.problem}"))
+        except Unmodelled as exc:
+            out.append(Row(**base, reason=str(exc)))
     return out
 
 

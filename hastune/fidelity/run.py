@@ -1,7 +1,9 @@
 """Simulating a measured case: the recipe it stands for, the engine terms on its profile, one
 closed-loop run, its mean TTFT and TPOT as its benchmark measured them (hastune.fidelity.harness:
 InferenceX's runs start every client at once and count every request; the others after two
-rounds)."""
+rounds). An aggregated run is one nodg replica of tp GPUs; a disaggregated one a fudg
+deployment of its prefill and decode workers (`fudg_config`), the KV cache over its GPU's
+links (`LINKS`)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from hastune import engine_terms as et
+from hastune.archs.fudg import FuDGConfig
 from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
 from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Case, model_dir
 from hastune.profile import Profile
 from hastune.recipe import Recipe
+from hastune.sim.fudg import FuDGSimulator
 from hastune.sim.nodg import NoDGSimulator
 from hastune.sim.warmup import steady_run
 from hastune.workload import sample_requests
@@ -41,6 +45,51 @@ def _lengths(n: int, ratio: float) -> dict:
     return {"dist": "uniform", "min": max(1, int(n * ratio)), "max": n}
 
 
+# The links a disaggregated run's KV cache crosses, per GPU (nominal, one direction; not fitted):
+# inside a node each GPU's NVLink (NVLink 4 on H100/H200, 18 links × 50 GB/s = 900 GB/s both
+# ways; NVLink 5 on B200, 1.8 TB/s; NVLink 3 on A100; PCIe 4 on L40S), between nodes the node's
+# NICs together (hastune.sim.network: one NIC per node) — an HGX node's eight 400 Gb/s
+# ConnectX-7 (A100: 200 Gb/s HDR; L40S: two 100 GbE). The silicon file does not say which
+# fabric a run had; these are the reference nodes'. Aggregated runs keep the recipe's
+# NVLink 4 as before (their TP collectives are the kernel tables').
+LINKS: dict[str, tuple[dict, dict]] = {
+    "h100-80gb": ({"bandwidth_GBps": 450.0, "latency_us": 3.0},
+                  {"bandwidth_GBps": 400.0, "latency_us": 5.0}),
+    "h200-141gb": ({"bandwidth_GBps": 450.0, "latency_us": 3.0},
+                   {"bandwidth_GBps": 400.0, "latency_us": 5.0}),
+    "b200-180gb": ({"bandwidth_GBps": 900.0, "latency_us": 3.0},
+                   {"bandwidth_GBps": 400.0, "latency_us": 5.0}),
+    "a100-80gb": ({"bandwidth_GBps": 300.0, "latency_us": 3.0},
+                  {"bandwidth_GBps": 200.0, "latency_us": 5.0}),
+    "l40s-48gb": ({"bandwidth_GBps": 25.0, "latency_us": 10.0},
+                  {"bandwidth_GBps": 25.0, "latency_us": 8.0}),
+}
+GPUS_PER_NODE = 8
+
+
+def cluster_for(case: Case) -> dict:
+    """The cluster block of the case's recipe: its GPUs; a disaggregated run's links (LINKS)."""
+    if case.pools is None:
+        return {"gpu": case.gpu, "gpus": case.tp, "gpus_per_node": GPUS_PER_NODE,
+                "intra_node": "nvlink-h100"}
+    intra, inter = LINKS[case.gpu]
+    return {"gpu": case.gpu, "gpus": case.gpus, "gpus_per_node": GPUS_PER_NODE,
+            "intra_node": intra, "inter_node": inter}
+
+
+def fudg_config(case: Case) -> FuDGConfig:
+    """A disaggregated case's deployment: its prefill workers × TP, its decode workers × TP,
+    experts whole on each GPU where the row's EP = TP; the prefill pool placed first, then the
+    decode pool (as deployments place them: hastune.archs.fudg)."""
+    p = case.pools
+    if p is None:
+        raise ValueError(f"{case.id} is an aggregated run")
+    return FuDGConfig(architecture="fudg", prefill_instances=p.prefill_workers,
+                      prefill_tp=p.prefill_tp, prefill_expert_parallel=p.prefill_ep,
+                      decode_instances=p.decode_workers, decode_tp=p.decode_tp,
+                      decode_expert_parallel=p.decode_ep, placement="grouped")
+
+
 def recipe_for(case: Case, models: dict[str, str], path: Path,
                rounds: int = ROUNDS, exact: bool = False) -> Recipe:
     """The recipe a measured run stands for: its model, GPU, precision and engine, `clients`
@@ -59,13 +108,12 @@ def recipe_for(case: Case, models: dict[str, str], path: Path,
         "name": case.id[:80], "model": model_dir(case.model, models, path),
         "precision": {"weights": case.weights, "kv_cache": kv},
         "engine": {"name": case.engine},
-        "cluster": {"gpu": case.gpu, "gpus": case.tp, "gpus_per_node": 8,
-                    "intra_node": "nvlink-h100"},
+        "cluster": cluster_for(case),
         "workload": {"requests": n, "arrival": {"process": "closed", "think_s": 0.0},
                      "prompt_tokens": _lengths(case.isl, h.range_ratio),
                      "output_tokens": _lengths(case.osl, h.range_ratio)},
         "slo": {"ttft_s": 1e6, "tpot_s": 1e6},
-        "architecture": "nodg"})
+        "architecture": "nodg" if case.pools is None else "fudg"})
 
 
 # How the measured runs' clients are simulated (`simulate`'s `clients`): "spread" — started
@@ -100,21 +148,30 @@ def recipe_clients(terms: et.EngineTerms | None) -> str:
 def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Recipe,
              seed: int = 0, steady: bool = False, clients: str | None = None) -> Simulated:
     """One closed-loop run of the case's deployment (nodg, one replica of tp GPUs, the
-    engine's scheduler defaults) with `terms` on `base` (None: kernels only), its clients as
-    `clients` (CLIENT_MODELS; None: as the case was measured, `client_model`). `steady`: the
-    mean from where the steady state begins, as a recipe's closed loop (hastune.sim.warmup)."""
+    engine's scheduler defaults; a disaggregated case: `fudg_config`) with `terms` on `base`
+    (None: kernels only), its clients as `clients` (CLIENT_MODELS; None: as the case was
+    measured, `client_model`). `steady`: the mean from where the steady state begins, as a
+    recipe's closed loop (hastune.sim.warmup)."""
     clients = clients or client_model(case, terms)
     if clients not in CLIENT_MODELS:
         raise ValueError(f"clients must be one of {CLIENT_MODELS}, not {clients!r}")
     if terms is not None:  # the server flags the run was measured with
         terms = replace(terms, scheduler=harness(case).scheduler(terms.scheduler))
     prof = et.apply(base, terms) if terms is not None else base
-    cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=case.tp, pp=1),
-                             terms)
     cluster: Cluster = recipe.cluster
-    pt = prof.for_tp(case.tp)  # clients start spread over a request's zero-load lifetime
-    ramp = (pt.prefill.latency(case.isl, case.isl ** 2)
-            + (case.osl - 1) * pt.decode.step(1, case.isl + case.osl / 2))
+    if case.pools is None:
+        cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=case.tp, pp=1),
+                                 terms)
+        pre = dec = prof.for_tp(case.tp)
+        sim = NoDGSimulator(prof, cluster, cfg, warmup=0.0)
+    else:
+        fcfg = fudg_config(case)
+        pre = prof.for_parallel(fcfg.prefill_tp, fcfg.prefill_ep)
+        dec = prof.for_parallel(fcfg.decode_tp, fcfg.decode_ep)
+        sim = FuDGSimulator(prof, cluster, fcfg, warmup=0.0)
+    # clients start spread over a request's zero-load lifetime
+    ramp = (pre.prefill.latency(case.isl, case.isl ** 2)
+            + (case.osl - 1) * dec.decode.step(1, case.isl + case.osl / 2))
     if clients not in ("spread", "random"):  # the clients start together
         ramp = 0.0
 
@@ -123,7 +180,6 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
         return replace(reqs, ramp_s=float(ramp), steady=steady,
                        ramp_random=clients == "random")
 
-    sim = NoDGSimulator(prof, cluster, cfg, warmup=0.0)
     # steady: as a recipe's closed loop, run until its steady mean is known (steady_run)
     res = steady_run(sim, make, recipe.workload.requests, float(case.clients))
     if clients == "together" and not steady:  # every request, the first round's too

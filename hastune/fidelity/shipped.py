@@ -1,11 +1,14 @@
 """`hastune fidelity CSV --shipped`: the engine terms as shipped (hastune/engine_fitted.py, no
 refit on the file) on every row of a file of measured runs — what a user's recipe gets on that
 engine, GPU and model. Each row is `scored` (its simulated mean TTFT and TPOT beside the
-measured) or `unsupported` with the reason (a disaggregated run, a system or model hastune has
-no profile or config for, a precision it does not model): nothing is dropped, and the coverage
-is part of the answer. Rows are simulated as `fidelity` simulates them (hastune.fidelity.run:
-one aggregated instance, the benchmark's clients); a model's config is found without `--model`
-in examples/models or in aiconfigurator-core's packaged model configs."""
+measured) or `unsupported` with the reason (a system or model hastune has no profile or config
+for, a precision it does not model, a disaggregated deployment fudg does not model): nothing is
+dropped, and the coverage is part of the answer. Rows are simulated as `fidelity` simulates
+them (hastune.fidelity.run: one aggregated instance, the benchmark's clients); a disaggregated
+row as a fudg deployment of its prefill and decode workers, with the same engine terms and
+client rules (nothing fitted on disaggregated runs), and summarised on its own (`modes`). A
+model's config is found without `--model` in examples/models or in aiconfigurator-core's
+packaged model configs."""
 
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ def score(path: str | Path, models: dict[str, str] | None = None,
           only: Callable[[Row], bool] | None = None,
           progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
     """Every row of `path` with the shipped terms: {"rows": [...], "engines": {engine:
-    summary}, "coverage", "wall_s"}."""
+    summary} (every row), "modes": {"agg" | "disagg": {"rows", "scored", "coverage",
+    "engines": {engine: summary}}} (each mode on its own), "coverage", "wall_s"}."""
     from hastune.evaluators.profile import resolve_profile
 
     t0 = time.perf_counter()
@@ -49,7 +53,22 @@ def score(path: str | Path, models: dict[str, str] | None = None,
     return {"file": str(path), "terms": "shipped", "rows": out,
             "coverage": len(scored) / len(out) if out else 0.0,
             "engines": {e: summary(v) for e, v in sorted(by_engine.items())},
-            "wall_s": time.perf_counter() - t0}
+            "modes": modes(out), "wall_s": time.perf_counter() - t0}
+
+
+def modes(rows: list[dict]) -> dict[str, dict[str, Any]]:
+    """The rows of each mode (agg, disagg, any other the file has) summarised on their own:
+    how many, how many scored, and each engine's `summary`."""
+    out: dict[str, dict[str, Any]] = {}
+    for m in sorted({r["mode"] for r in rows}, key=lambda m: (m != "agg", m != "disagg", m)):
+        mine = [r for r in rows if r["mode"] == m]
+        n = sum(r["status"] == "scored" for r in mine)
+        by_engine: dict[str, list[dict]] = defaultdict(list)
+        for r in mine:
+            by_engine[r["engine"]].append(r)
+        out[m] = {"rows": len(mine), "scored": n, "coverage": n / len(mine),
+                  "engines": {e: summary(v) for e, v in sorted(by_engine.items())}}
+    return out
 
 
 def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) -> dict:
@@ -95,7 +114,10 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
 
 def cause(reason: str) -> str:
     """A reason's kind, to count rows by: the field it names (a row's line number dropped),
-    or what a profile lacks."""
+    or what a profile lacks; a disaggregated deployment fudg does not model by what it lacks
+    (its numbers dropped)."""
+    if reason.startswith("disagg: "):
+        return reason.split(" (")[0]
     if "tensor-parallel variant" in reason:
         return "profile: no such tensor-parallel degree"
     reason = re.sub(r"^line \d+: ", "", reason)
@@ -103,8 +125,8 @@ def cause(reason: str) -> str:
 
 
 def summary(rows: list[dict]) -> dict[str, Any]:
-    """An engine's rows: how many, how many scored, and of those the median |error| and the
-    median signed error (bias) of mean TTFT and TPOT, in percent."""
+    """An engine's rows: how many, how many scored, and of those the median |error|, its P90
+    and the median signed error (bias) of mean TTFT and TPOT, in percent."""
     scored = [r for r in rows if r["status"] == "scored"]
     out: dict[str, Any] = {"rows": len(rows), "scored": len(scored)}
     for k in ("ttft_ms", "tpot_ms"):
@@ -113,6 +135,8 @@ def summary(rows: list[dict]) -> dict[str, Any]:
         name = k[:4]
         out[f"{name}_median_abs_pct"] = float(np.median(np.abs(errs))) * 100 if errs.size \
             else None
+        out[f"{name}_p90_abs_pct"] = float(np.percentile(np.abs(errs), 90)) * 100 \
+            if errs.size else None
         out[f"{name}_bias_pct"] = float(np.median(errs)) * 100 if errs.size else None
     reasons: dict[str, int] = defaultdict(int)
     for r in rows:

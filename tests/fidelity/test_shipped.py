@@ -1,10 +1,10 @@
 """`hastune fidelity CSV --shipped`: the shipped engine terms, no refit, on every row.
 
 - On generated files — measured rows of the shipped file mixed with rows hastune cannot
-  simulate (disaggregated runs, a system or precision it has no profile for, pipeline parallel,
-  a model with no config, a bad number) — every row comes back once, in order, `scored` with
-  both latencies or `unsupported` with the reason that applies; the coverage and the
-  per-engine counts are those rows'.
+  simulate (disaggregated runs without worker counts, a system or precision it has no profile
+  for, pipeline parallel, a model with no config, a bad number) — every row comes back once, in
+  order, `scored` with both latencies or `unsupported` with the reason that applies; the
+  coverage and the per-engine counts are those rows'.
 - A scored row is simulated with the terms hastune.engine_fitted ships for its (engine, GPU),
   under the benchmark-client rules `fidelity` fits them under (hastune.fidelity.fit.shipped):
   the same numbers.
@@ -31,7 +31,7 @@ HEADER = list(ROWS[0])
 
 # how to spoil a measured row, and what the reason must then say
 SPOIL = {
-    "disagg": ({"mode": "disagg"}, "disaggregated"),
+    "disagg": ({"mode": "disagg"}, "disagg: no worker counts"),  # an agg row: no pools
     "system": ({"system": "gb200"}, "unknown system"),
     "quant": ({"gemm_quant_mode": "nvfp4"}, "gemm_quant_mode"),
     "pp": ({"pp_size": "2"}, "pipeline parallel"),
