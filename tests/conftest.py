@@ -27,7 +27,7 @@ _MISSING = ("could not import", "calibration data not found", "needs torch", "no
 # Tests that run the engine (or a stand-in server) on this machine's cores and judge what
 # they measure: scripts/test runs them one at a time after the rest, which run in parallel.
 # A prefix of a test's node id.
-ENGINE_TESTS = ("tests/engine/", "tests/openai/",
+ENGINE_TESTS = ("tests/engine/", "tests/openai/", "tests/e2e/",
                 "tests/test_real_noise.py::test_two_real_runs_agree_within_the_spread",
                 "tests/tune/test_recheck.py::test_a_recheck_on_the_engine")
 

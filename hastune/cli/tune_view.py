@@ -210,7 +210,8 @@ def report(res: Any, view: TuneView, max_regression: float) -> None:
                   f"GPU) with {config_line(s['best_config'])}")
         con.print("searched: " + (f"what {s['target']} can launch (--target; all: every "
                                    "configuration)" if s.get("target") else
-                                   "every configuration (--target all)"))
+                                   "every configuration (--target all)")
+                  + (f" — {s['target_note']}" if s.get("target_note") else ""))
         if "engine_terms" in s:
             con.print(escape(terms_line(s["engine_terms"])))
         print_caveats(con, s.get("caveats", []))

@@ -143,8 +143,9 @@ def launch_script(order: list[tuple[str, list[Command]]], model: str, nodes: int
     answer /health (HEALTH_TIMEOUT seconds, 1800 unless set). Everything it started stops on
     Ctrl-C, TERM or exit, MPS last."""
     pipe = literal(mps_dirs[0]) if mps else ""
-    stop_mps = (f'  if [ -n "${{mps:-}}" ]; then echo quit | CUDA_MPS_PIPE_DIRECTORY={pipe} '
-                "nvidia-cuda-mps-control || true; fi\n") if mps else ""
+    stop_mps = (f'  if [ -n "${{mps:-}}" ]; then\n    mps=\n    echo quit | '
+                f"CUDA_MPS_PIPE_DIRECTORY={pipe} nvidia-cuda-mps-control || true\n  fi\n"
+                ) if mps else ""
     out = [preamble(model, nodes, title),
            'cd "$(dirname "$0")"\nHEALTH_TIMEOUT="${HEALTH_TIMEOUT:-1800}"\npids=()\n'
            + ("mps=\n" if mps else "")

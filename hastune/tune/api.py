@@ -52,8 +52,10 @@ def run(recipe: str | Path | Recipe, *, baseline: str | Path | None = None,
         plots: bool = True, progress: Progress | None = None, **options: Any) -> TuneResult:
     """Tune `recipe` (a path, or a Recipe loaded from one). `options` are TuneOptions' fields
     (trials=40, sampler="tpe", evaluator="sim", out="tune-out", seed, workers, storage,
-    study, prune, early_stop, force, backend, ray_address, engine, launch_cmd). Bad input
+    study, prune, early_stop, force, backend, ray_address, engine, launch_cmd; target="auto"
+    here, as the command's). Bad input
     raises hastune.errors.InputError before any work; everything after is in the result."""
+    options.setdefault("target", "auto")  # as the command: what the recipe's engine runs
     tuner, base = _checked(recipe, baseline, max_regression, recheck, recheck_rounds, options)
     progress = progress or Progress()
     t0 = time.perf_counter()

@@ -91,6 +91,7 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
         "stopped": tuner.stop_reason or "interrupted, or ended by another process",
         # the engine the search was for (--target; None: every configuration)
         "target": tuner.opts.target,
+        **({"target_note": tuner.target_note} if tuner.target_note else {}),
         "convergence": convergence(study),
     }
     if len(tuner.history) > 1:  # resumed with --force under other settings: say which

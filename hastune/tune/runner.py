@@ -31,7 +31,7 @@ from hastune.evaluators import Evaluator, EvaluatorOptions, make_evaluator
 from hastune.evaluators.sim import Evaluation
 from hastune.prune import Bounds, derived_margin
 from hastune.recipe import Recipe
-from hastune.space import space_for
+from hastune.space import SearchSpace, space_for
 from hastune.tune.claims import FAIL, STALE_S, Reaper, census, claim, finish, is_memory, new_trial
 from hastune.tune.identity import check_resume, recipe_sha256, study_identity
 from hastune.tune.params import Parametrization
@@ -66,9 +66,11 @@ class TuneOptions:
     #                                 needs `if __name__ == "__main__":`, as spawn does)
     in_flight: int = 2              # evaluations under way at once (the result depends on it,
     #                                 not on workers)
-    target: str | None = None       # only what this engine can launch (hastune.export.ENGINES;
-    #                                 "auto", the CLI's default: the recipe's engine where
-    #                                 export writes its launch files; None: everything)
+    target: str | None = None       # only what this engine can launch (hastune.export.ENGINES);
+    #                                 "auto" (the default of `tune` and of hastune.tune.run):
+    #                                 the recipe's engine where export writes its launch files
+    #                                 and it can launch any configuration of the recipe; None
+    #                                 or "all": every configuration (plan, grid's checks)
     patience: int | None = None     # stop once this many evaluations in a row did not raise
     #                                 the best goodput (None: run to --trials)
     out: str = "tune-out"
@@ -125,7 +127,8 @@ class Tuner:
                              "give the number of evaluations to run")
         from hastune.export import ENGINES
 
-        if opts.target == "auto":
+        auto = opts.target == "auto"
+        if auto:
             opts.target = recipe.engine.name if recipe.engine.name in ("vllm", "sglang") else None
         elif opts.target == "all":
             opts.target = None
@@ -164,9 +167,15 @@ class Tuner:
         # the simulator's evaluation: the profile and requests pruning works from, whatever
         # measures the trials
         self.simulation = evaluator if isinstance(evaluator, Evaluation) else Evaluation(recipe)
-        self.spaces = {a: space_for(a, recipe.path, recipe.search_space, self.simulation.profile)
-                       .with_knobs(archs.get(a).target_knobs(opts.target))
-                       for a in recipe.architectures}
+        self.target_note: str | None = None  # why an automatic target searched everything
+        self.spaces = self._spaces()
+        if auto and opts.target is not None and not self._any_deployable():
+            self.target_note = (f"the recipe's engine, {opts.target}, can launch none of its "
+                                f"configurations ({', '.join(recipe.architectures)} as the "
+                                "search spaces give them): every configuration was searched; "
+                                "candidates.csv says what blocks each")
+            opts.target = None
+            self.spaces = self._spaces()
         for space in self.spaces.values():  # before any work: each can run something
             self.simulation.check_space(space, space.source)
         self.pz = Parametrization(self.spaces, recipe.cluster.gpus)
@@ -179,6 +188,19 @@ class Tuner:
         self.kept: tuple[float, int, Any] | None = None  # (goodput, trial, search): the best
         self.stop_reason: str | None = None  # why the search stopped (the summary says)
         self.evaluations: Inline | Processes | None = None  # this command's (run_workers)
+
+    def _spaces(self) -> dict[str, SearchSpace]:
+        """Each architecture's space, with the knobs the target needs (target_knobs)."""
+        rec = self.recipe
+        return {a: space_for(a, rec.path, rec.search_space, self.simulation.profile)
+                .with_knobs(archs.get(a).target_knobs(self.opts.target))
+                for a in rec.architectures}
+
+    def _any_deployable(self) -> bool:
+        """Whether the target can launch any configuration of the spaces (the first found
+        ends the look)."""
+        return any(self.deployable(c) for sp in self.spaces.values()
+                   for c in sp.configs(self.recipe.cluster.gpus))
 
     # -- the study ------------------------------------------------------------------------
     def open_study(self, worker: int = 0) -> optuna.Study:
