@@ -127,6 +127,7 @@ class EPD(EncodePrefillDecode):
                               encode_batch=cfg.B)
         if cfg.n_P > 0 and s >= 0.5:
             dep = super().deployment(cfg, gpus_per_node, closest)
+            dep.gateway = {**self.runtime(cfg), "s": 1.0}
             dep.closest_config = {**cfg.model_dump(exclude={"kind", "name"}), "s": 1.0}
             dep.closest = [f"s = {s:g} -> 1: every prefill goes to the {cfg.n_P} remote "
                            f"prefill instances; the {cfg.n_E} encode instances only encode"]

@@ -46,9 +46,11 @@ class EPDStatic(EncodePrefillDecode):
 
     def deployment(self, cfg: Any, gpus_per_node: int, closest: bool = False) -> Deployment:
         dep = super().deployment(cfg, gpus_per_node, closest)
-        dep.notes.append(f"timeout_ms = {cfg.timeout_ms:g}: an encode batch leaving "
-                         f"{cfg.timeout_ms:g} ms after its first request has no engine flag; "
-                         "the encode servers batch whatever is queued")
+        dep.gateway = {"B": cfg.batch, "s": 1.0, "timeout_ms": cfg.timeout_ms}
+        dep.notes.append(f"the hastune gateway in front (router.sh) releases encode batches "
+                         f"at {cfg.batch} requests or {cfg.timeout_ms:g} ms after their first "
+                         "(the static baseline's timeout batcher, with the simulator's policy "
+                         "object); batch also bounds the encode servers' concurrent requests")
         return dep
 
 

@@ -191,9 +191,7 @@ def _write_scripts(res: ExportResult, cfg: ConfigBase, t: Target, engine: str,
         role = script[:-3]
         text = role_script(role, mine, model, p.nodes, f"{role}: {title}",
                            extra=role != "router",
-                           setup=(setup if role == "encode" else "")
-                           + (_vllm_src() if front and front[0].program == "vllm-epd-proxy"
-                              and role == "router" else ""))
+                           setup=setup if role == "encode" else "")
         files.append(_write(res.out / script, text))
     from hastune.export.engines import MPS_LOG, MPS_PIPE
 
@@ -214,11 +212,6 @@ def _ec_dir() -> str:
     from hastune.export.engines import EC_PATH
 
     return EC_PATH
-
-
-def _vllm_src() -> str:
-    return ('VLLM_SRC="${VLLM_SRC:-./vllm}"  # a checkout of vLLM v0.33.0: the EPD proxy is '
-            "one of its examples, not in the wheel\n")
 
 
 def _write(path: Path, text: str) -> Path:

@@ -7,11 +7,13 @@ vLLM 0.33.0: `vllm serve` per instance; P/D through `--kv-transfer-config` (Nixl
 kv_producer / kv_consumer); the disaggregated encoder through `--ec-transfer-config`
 (ECExampleConnector: encoder outputs through a shared directory, so encode and prefill
 instances share a node or a filesystem) with `--mm-encoder-only` on encode instances; replicas
-and P/D behind vllm-router 0.1.17, E/P/D behind the EPD proxy of vLLM's examples.
+and P/D behind vllm-router 0.1.17, E/P/D behind the hastune gateway (runners/gateway, in place
+of the EPD proxy that vLLM keeps among its examples, not in its wheel).
 SGLang 0.5.23: `python3 -m sglang.launch_server` per instance; encoders `--encoder-only`,
 prefill servers `--language-only --encoder-urls … --encoder-bootstrap-port` (one port each);
 P/D `--disaggregation-mode prefill|decode`
-(NIXL transfer backend); sglang-router 0.3.2 in front (`--pd-disaggregation` for P/D).
+(NIXL transfer backend); sglang-router 0.3.2 in front (`--pd-disaggregation` for P/D), the
+hastune gateway for E/P/D.
 """
 
 from __future__ import annotations
@@ -29,10 +31,6 @@ from hastune.export.plan import (
 from hastune.export.target import Target
 
 EC_PATH = "/tmp/hastune-ec-cache"
-# where vLLM keeps its EPD proxy example (examples/disaggregated/ since before 0.29: vLLM's own
-# tests load it from there; the 0.33.0 wheel was built 2026-11-01, after an 2026-08-05 commit
-# that edits it there); not in the wheel: router.sh needs a source checkout ($VLLM_SRC)
-EPD_PROXY = "$VLLM_SRC/examples/disaggregated/disaggregated_encoder/disagg_epd_proxy.py"
 
 
 # CUDA MPS of the co-resident encode and prefill servers: their daemon's pipe directory (only
@@ -148,8 +146,9 @@ def gateway_config(p: Plan, t: Target, engine: str) -> dict:
         "prefill": [server(i) for i in p.role("prefill") if i.pair is None],
         "decode": [url(i) for i in p.role("decode")],
         "B": knobs["B"], "s": knobs["s"],
-        "batcher": {"p": knobs["p"], "max_gap_ms": knobs["max_gap_ms"],
-                    "rate_hint": round(max(t.goodput_rps, 1e-3), 3)},
+        "batcher": ({"timeout_ms": knobs["timeout_ms"]} if "timeout_ms" in knobs else
+                    {"p": knobs["p"], "max_gap_ms": knobs["max_gap_ms"],
+                     "rate_hint": round(max(t.goodput_rps, 1e-3), 3)}),
     }
 
 
@@ -160,16 +159,8 @@ def _bootstrap_ports(p: Plan) -> dict[str, int]:
 
 
 def _vllm_front(p: Plan) -> Command:
-    if p.gateway is not None:
+    if p.gateway is not None:  # every E/P/D deployment: vLLM's EPD proxy is only an example
         return gateway_front(p)
-    if p.topology is Topology.EPD:
-        c = Command("vllm-epd-proxy", ["python3", EPD_PROXY], name="proxy", port=ROUTER_PORT)
-        c.add("--host", "$HOST").add("--port", ROUTER_PORT)
-        for flag, role in (("--encode-servers-urls", "encode"),
-                           ("--prefill-servers-urls", "prefill"),
-                           ("--decode-servers-urls", "decode")):
-            c.add(flag, ",".join(url(i) for i in p.role(role)))  # type: ignore[arg-type]
-        return c
     c = Command("vllm-router", ["vllm-router"], name="router", port=ROUTER_PORT)
     c.add("--host", "$HOST").add("--port", ROUTER_PORT)
     if p.topology is Topology.PD:

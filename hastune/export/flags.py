@@ -24,7 +24,6 @@ FILES = {
     "sglang": "flags_sglang.json",
     "sglang-router": "flags_sglang_router.json",
     "vllm-router": "flags_vllm_router.json",
-    "vllm-epd-proxy": "flags_vllm_epd_proxy.json",
     "dynamo-vllm": "flags_dynamo_vllm.json",
     "dynamo-sglang": "flags_dynamo_sglang.json",
     "hastune-gateway": "flags_hastune_gateway.json",

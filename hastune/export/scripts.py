@@ -11,8 +11,8 @@ the others at $NODE_ADDR_<k>.
 Nothing from the recipe, config or model reaches the shell unquoted: a value is a literal
 (`literal`: single quotes, or $'…' where it holds a newline or another unprintable character),
 a comment is one line (`one_line`), and the only expansions in a command's words are
-hastune's own variables (`quote`: $MODEL, $HOST, $LOG_DIR, $NODE_RANK, $VLLM_SRC,
-$DEPLOY_DIR, $NODE_ADDR_<k>, as whole names), never a command substitution.
+hastune's own variables (`quote`: $MODEL, $HOST, $LOG_DIR, $NODE_RANK, $DEPLOY_DIR,
+$NODE_ADDR_<k>, as whole names), never a command substitution.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from hastune.export.flags import Command
 
 FRONTS = ("router", "proxy", "gateway")  # what launch.sh starts last, behind the servers
 ROLE_FILES = {"E": "encode", "P": "prefill", "D": "decode", "R": "replica", "I": "replica"}
-_NAMES = r"MODEL|HOST|LOG_DIR|NODE_RANK|VLLM_SRC|DEPLOY_DIR|NODE_ADDR_[0-9]+"
+_NAMES = r"MODEL|HOST|LOG_DIR|NODE_RANK|DEPLOY_DIR|NODE_ADDR_[0-9]+"
 VARIABLE = re.compile(rf"\$(?:\{{({_NAMES})\}}|({_NAMES})(?![A-Za-z0-9_]))")
 
 

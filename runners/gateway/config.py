@@ -15,7 +15,7 @@ InputError naming the file, the field and the fix.
     decode: [http://127.0.0.1:8300]
     B: 4
     s: 0.5
-    batcher: {p: 0.6, max_gap_ms: 50, rate_hint: 1.0}
+    batcher: {p: 0.6, max_gap_ms: 50, rate_hint: 1.0}   # or {timeout_ms: 20} (epd-static)
     admission: {max_inflight: 256, ttft_slo_s: null}
     timeouts: {connect_s: 10, request_s: 600}
 """
@@ -117,6 +117,10 @@ class BatcherKnobs(_Strict):
     rate_hint: float = Field(default=1.0, gt=0.0,
                              description="multimodal requests/s to the whole encode pool, "
                                          "before λ is estimated online")
+    timeout_ms: float | None = Field(
+        default=None, ge=0.0, description="the static baseline's batcher instead (epd-static, "
+        "hastune.policies.batcher.TimeoutBatcher): a batch leaves at B requests or this long "
+        "after its first; p, max_gap_ms and rate_hint are then not used, and s must be 1")
 
 
 class AdmissionKnobs(_Strict):
@@ -151,6 +155,10 @@ class GatewayConfig(_Strict):
     @model_validator(mode="after")
     def _pools(self) -> GatewayConfig:
         local = [e.prefill for e in self.encode if e.prefill is not None]
+        if self.batcher.timeout_ms is not None and (self.s < 1 or local):
+            raise ValueError("batcher.timeout_ms is the static baseline's batcher, which sends "
+                             "every prefill to the remote pool. Fix: set s: 1 and give no "
+                             "encode server a prefill:, or drop batcher.timeout_ms")
         if self.s > 0 and not self.prefill:
             raise ValueError(f"s = {self.s} sends prefills to the remote pool but prefill: is "
                              "empty. Fix: set s: 0, or list the remote prefill servers")

@@ -3,8 +3,9 @@ simulator uses (hastune.policies; built by `epd_policies`, as hastune/sim/epd.py
 
 - a multimodal request goes to the encode server with the fewest in flight (LeastInFlight)
   and waits in that server's Poisson-gap micro-batcher (PoissonGapBatcher: a batch leaves at
-  B requests, or when no request has arrived for its gap g); the requests of a batch are
-  released together (their encode calls start in the same loop iteration);
+  B requests, or when no request has arrived for its gap g; the static baseline's
+  TimeoutBatcher with batcher.timeout_ms); the requests of a batch are released together
+  (their encode calls start in the same loop iteration);
 - each prefill is routed by one deficit router for the pool (DeficitRouter(s), as the
   simulator keeps one): remote, to the prefill server with the fewest in flight, or local, to
   the co-resident prefill server of the encode GPU that encoded it (a text-only request: the
@@ -27,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hastune.archs.epd import EPDConfig
-from hastune.policies import DeficitRouter, LeastInFlight, epd_policies
+from hastune.archs.epd_static import EPDStaticConfig
+from hastune.policies import DeficitRouter, LeastInFlight, epd_policies, static_policies
 from runners.engine.admission import AdmissionGate
 from runners.gateway.config import GatewayConfig, Server
 from runners.gateway.handoff import HANDOFFS, Upstream, media_items
@@ -65,10 +67,16 @@ class Runtime:
         self.up = Upstream(session)
         self.handoff = HANDOFFS[cfg.engine]()
         n_E = len(cfg.encode)
-        epd = EPDConfig(architecture="epd", n_E=n_E, n_P=len(cfg.prefill),
-                        n_D=len(cfg.decode), B=cfg.B, s=cfg.s, p=cfg.batcher.p,
-                        max_gap_ms=cfg.batcher.max_gap_ms)
-        self.policies = [epd_policies(epd, cfg.batcher.rate_hint) for _ in range(n_E)]
+        if cfg.batcher.timeout_ms is not None:  # the static baseline (epd-static)
+            static = EPDStaticConfig(architecture="epd-static", n_E=n_E, n_P=len(cfg.prefill),
+                                     n_D=len(cfg.decode), batch=cfg.B,
+                                     timeout_ms=cfg.batcher.timeout_ms)
+            self.policies = [static_policies(static) for _ in range(n_E)]
+        else:
+            epd = EPDConfig(architecture="epd", n_E=n_E, n_P=len(cfg.prefill),
+                            n_D=len(cfg.decode), B=cfg.B, s=cfg.s, p=cfg.batcher.p,
+                            max_gap_ms=cfg.batcher.max_gap_ms)
+            self.policies = [epd_policies(epd, cfg.batcher.rate_hint) for _ in range(n_E)]
         self.router: DeficitRouter = self.policies[0].router  # one for the pool (the simulator's)
         self.encode = LeastInFlight(n_E)
         self.remote = LeastInFlight(len(cfg.prefill)) if cfg.prefill else None
@@ -251,8 +259,9 @@ class Runtime:
             "encode_batch_max": max(m.encode_batch_sizes, default=0),
             "remote_prefills": m.remote_prefills, "local_prefills": m.local_prefills,
             "deficit": self.router.deficit,
-            "encode_gap_s": [p.batcher.gap for p in self.policies],
-            "encode_rate": [p.batcher.rate for p in self.policies],
+            # the Poisson-gap batcher's gap and λ estimate (None: the static timeout batcher)
+            "encode_gap_s": [getattr(p.batcher, "gap", None) for p in self.policies],
+            "encode_rate": [getattr(p.batcher, "rate", None) for p in self.policies],
             "in_flight_per_server": {
                 "encode": {x.url: n for x, n in zip(cfg.encode, self.encode.inflight)},
                 "local_prefill": {p.url: self.local.inflight[k]

@@ -58,6 +58,6 @@ def script_commands(text: str) -> list[tuple[str, list[str]]]:
         for start, prog in STARTS.items():
             if tuple(words[:len(start)]) == start:
                 out.append((prog, words[len(start):]))
-        if words[:1] == ["python3"] and words[1:2] and words[1].endswith("disagg_epd_proxy.py"):
-            out.append(("vllm-epd-proxy", words[2:]))
+        if words[:2] == ["hastune", "gateway"]:
+            out.append(("hastune-gateway", words[3:]))
     return out

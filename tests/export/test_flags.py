@@ -288,11 +288,19 @@ def test_dynamo_manifest_validates_against_the_pinned_schema(tmp_path):
         jsonschema.validate(bad, schema)
 
 
-def test_router_sh_runs_the_epd_proxy_from_where_its_flags_were_read():
-    """vLLM's EPD proxy is an example in its source tree (examples/disaggregated/ since before
-    0.29, not online_serving/): router.sh names that file, the one its flag set describes."""
-    from hastune.export.engines import EPD_PROXY
+def test_the_gateways_flag_set_is_its_commands():
+    """flags_hastune_gateway.json, what export's router.sh is checked against, lists exactly
+    the options of `hastune gateway` with their kinds."""
+    import inspect
+    import typing
 
-    src = F.load("vllm-epd-proxy")["source"]
-    assert EPD_PROXY == "$VLLM_SRC/" + src["path"]
-    assert src["path"].startswith("examples/disaggregated/disaggregated_encoder/")
+    from hastune.cli.gateway import gateway
+
+    hints = typing.get_type_hints(gateway)
+    opts = {}
+    for name, prm in inspect.signature(gateway).parameters.items():
+        if type(prm.default).__name__ == "OptionInfo":  # typer.Option(...)
+            kind = "int" if int in (hints[name], *typing.get_args(hints[name])) else "str"
+            opts.update({flag: kind for flag in prm.default.param_decls})
+    assert opts
+    assert {f: spec["kind"] for f, spec in F.load("hastune-gateway")["flags"].items()} == opts

@@ -37,7 +37,7 @@ CONFIGS = {"epd-static": {"architecture": "epd-static", "n_E": 1, "n_P": 1, "n_D
            "nodg": {"architecture": "nodg", "replicas": 2, "tp": 1},
            "fudg": {"architecture": "fudg", "prefill_instances": 1, "decode_instances": 1}}
 # what hastune's own variables hold when the scripts run with the environment below
-VALUES = {"HOST": "127.0.0.1", "LOG_DIR": "logs", "NODE_RANK": "0", "VLLM_SRC": "./vllm"}
+VALUES = {"HOST": "127.0.0.1", "LOG_DIR": "logs", "NODE_RANK": "0"}
 
 HOSTILE = [
     f"m$(touch {MARK})", f"`touch {MARK}`", f"$(touch${{IFS}}{MARK})", "${IFS}", "a'b",
@@ -99,9 +99,10 @@ def recorded(d: Path) -> list[list[str]]:
     return out
 
 
-def expected(argv: list[str], model: str) -> list[str]:
-    """An emitted command's argv once the script's variables are expanded."""
-    values = {**VALUES, "MODEL": model}
+def expected(argv: list[str], model: str, here: Path | None = None) -> list[str]:
+    """An emitted command's argv once the script's variables are expanded (`here`: the
+    scripts' folder, $DEPLOY_DIR)."""
+    values = {**VALUES, "MODEL": model, "DEPLOY_DIR": str(here)}
     return [VARIABLE.sub(lambda m: values.get(m.group(1) or m.group(2), "127.0.0.1"), w)
             for w in argv]
 
@@ -136,7 +137,10 @@ def check_text(d: Path) -> None:
 def check_scripts(d: Path, res, model: str, work: Path, stubs: Path) -> None:
     """Run launch.sh and every role script: each engine gets the argv export meant."""
     check_text(d)
-    want = sorted(expected(c.argv(), model) for c in res.commands)
+    want = sorted(expected(c.argv(), model, d.resolve()) for c in res.commands)
+    if (d / "gateway.yaml").exists():  # the gateway's config: the model as data, whole
+        assert yaml.safe_load((d / "gateway.yaml").read_text(encoding="utf-8"))["model"] \
+            == model
     got = run(d / "launch.sh", work, stubs)
     assert sorted(got) == want
     for c in got:  # the model, as one element, where the engine reads it
@@ -279,7 +283,7 @@ def test_the_cli_exports_a_hostile_recipe_and_refuses_a_flag(tmp_path, stubs):
 
 @settings(max_examples=25, deadline=None)
 @given(text=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")),
-       var=st.sampled_from(["$MODEL", "${HOST}", "$NODE_ADDR_3", "$VLLM_SRC", "$FOO", "$1"]))
+       var=st.sampled_from(["$MODEL", "${HOST}", "$NODE_ADDR_3", "$DEPLOY_DIR", "$FOO", "$1"]))
 def test_quote_and_literal_round_trip_through_bash(text, var):
     """literal(text) is text, byte for byte, on one line; quote() expands only hastune's own
     variables, as whole names, and keeps every other character of the word literal."""
@@ -290,10 +294,10 @@ def test_quote_and_literal_round_trip_through_bash(text, var):
     word = text + var + text
     line = f"printf '%s\\0' {literal(text)} {quote(word)}"
     env = {"PATH": os.environ["PATH"], "MODEL": "m o", "HOST": "h", "NODE_ADDR_3": "n",
-           "VLLM_SRC": "v", "FOO": "NO", "LANG": "C.UTF-8"}
+           "DEPLOY_DIR": "v", "FOO": "NO", "LANG": "C.UTF-8"}
     r = subprocess.run(["bash", "-c", line], capture_output=True, env=env, timeout=20)
     assert r.returncode == 0, r.stderr
-    expands = {"$MODEL": "m o", "${HOST}": "h", "$NODE_ADDR_3": "n", "$VLLM_SRC": "v"}
+    expands = {"$MODEL": "m o", "${HOST}": "h", "$NODE_ADDR_3": "n", "$DEPLOY_DIR": "v"}
     # a variable name glued to text that continues it is another name: not expanded
     glued = var.startswith("$") and not var.startswith("${") and re.match(r"[A-Za-z0-9_]", text)
     value = var if glued or var not in expands else expands[var]
