@@ -39,7 +39,8 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
                          "hastune.recipe", "hastune.workload", "hastune.space", "hastune.runs",
                          "hastune.goodput", "hastune.repeats", "hastune.stability",
                          "hastune.engine_fitted", "hastune.engine_terms", "hastune.caveats",
-                         "hastune.worklimit", "hastune.standin")),
+                         "hastune.worklimit", "hastune.standin",
+                         "hastune.cost")),  # prices and the objective (issue 37)
     # device primitives with torch passed in (green contexts): nothing of hastune
     (0, "runners.device", ("runners$", "runners.device")),
     # a tuned config as the launch files of vLLM, SGLang, Dynamo or the bundled engine
