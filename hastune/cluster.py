@@ -97,6 +97,14 @@ def _valid_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_GPUS
 
 
+def _valid_link(v: object) -> bool:
+    try:
+        Link.model_validate(_link(v))
+    except (ValueError, TypeError):  # pydantic's ValidationError is a ValueError
+        return False
+    return True
+
+
 class Cluster(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     gpu: str = Field(max_length=100, description="GPU type, e.g. a100-80gb; selects the profile "
@@ -143,8 +151,9 @@ class Cluster(BaseModel):
             sizes = [(e.get("nodes"), e.get("gpus_per_node", 8)) for e in entries]
             ok = all(_valid_int(n) and _valid_int(g) for n, g in sizes)
             data["gpus"] = min(sum(n * g for n, g in sizes), MAX_GPUS) if ok and sizes else 1
-        if len(entries) == 1 and first.get("intra_node") is not None:
-            data["intra_node"] = first["intra_node"]  # one type: its link is the cluster's
+        link = first.get("intra_node")
+        if len(entries) == 1 and link is not None and _valid_link(link):
+            data["intra_node"] = link  # one type: its link is the cluster's
         return data
 
     @field_validator("inventory")

@@ -117,7 +117,7 @@ def _mutations(inv: list[dict], i: int) -> list[tuple[str, dict, str]]:
     return out
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inv=entries, data=st.data())
 def test_malformed_inventory_is_one_error_naming_its_field(inv, data):
     i = data.draw(st.integers(0, len(inv) - 1))
