@@ -57,7 +57,7 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     # evaluators: goodput of a config by simulation or on the engine, and pruning's bounds
     (5, "hastune evaluators", ("hastune.evaluators", "hastune.prune")),
     # the tuner (HAS: pruning + Bayesian optimisation) and planning on it (fewest GPUs)
-    (6, "hastune.tune", ("hastune.tune", "hastune.plan")),
+    (6, "hastune.tune", ("hastune.tune", "hastune.plan", "hastune.plan_outputs")),
     # the simulator scored against measured runs of real engines (issue 13)
     (6, "hastune.fidelity", ("hastune.fidelity",)),
     # the command line, on top of everything
