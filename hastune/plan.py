@@ -1,4 +1,5 @@
-"""`hastune plan`: the fewest GPUs whose best configuration sustains a rate within the SLOs.
+"""`hastune plan`: the fewest GPUs (or the cheapest deployment) that sustains a rate within
+the SLOs.
 
 A GPU count g ≤ cluster.gpus is searched as the recipe copied with `cluster.gpus = g`: its
 search space, pruning, tuner and study are exactly those of `hastune tune` on that copy (one
@@ -13,6 +14,14 @@ tuned in increasing order until one sustains the rate (`up`: the fewest that the
 whatever the shape of goodput in g), or by bisection (`bisect`: fewer tunes, assumes goodput
 grows with the GPU count). The answer is only as good as the tuner's search at each count:
 with `trials` at least the number of survivors the search is exhaustive.
+
+Each count is tuned for goodput, whatever the recipe's objective: a count sustains the rate
+if its best goodput does. `objective` says which deployment answers: `gpus` the best of the
+fewest GPUs that sustain the rate; `cost` (every GPU type priced) the cheapest configuration
+evaluated, at any count tuned, whose goodput sustains it (ties: the most goodput). With one
+GPU type cost grows with the GPUs, so the counts are searched the same way; with prices,
+every configuration evaluated is a point of $/h against goodput, and the plan reports the
+points no other beats on both (`cost_pareto`, plan_pareto.csv, plan_cost.png).
 """
 
 from __future__ import annotations
@@ -25,10 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from hastune import interrupt
+from hastune.config import parse_config
 from hastune.errors import EXIT_NO_CONFIG, InputError
 from hastune.recipe import Recipe
 
 SEARCHES = ("up", "bisect")
+OBJECTIVES = ("gpus", "cost")  # what the answer minimises
 # a step's status: how its count was settled
 INFEASIBLE = "infeasible"   # no configuration survives the analytic rules at this count
 BOUND = "bound"             # the ceiling is below the rate: cannot sustain it
@@ -48,6 +59,9 @@ class Step:
     wall_s: float = 0.0
     reason: str | None = None
     recipe_sha256: str | None = None      # of the recipe at this count (its study's identity)
+    cost_per_hour: float | None = None    # of `config`, where every GPU type is priced
+    # every configuration its study evaluated: {config, gpus, goodput_rps, cost_per_hour?}
+    points: list[dict] = field(default_factory=list)
 
     def sustains(self, rate: float) -> bool:
         return self.goodput_rps is not None and self.goodput_rps >= rate
@@ -55,7 +69,7 @@ class Step:
     def as_dict(self, rate: float) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("gpus", "status", "ceiling_rps", "goodput_rps",
                                              "config", "evaluations", "study", "wall_s",
-                                             "reason")}
+                                             "reason", "cost_per_hour")}
         if d["ceiling_rps"] is not None and math.isinf(d["ceiling_rps"]):
             d["ceiling_rps"] = None
         d["goodput_per_gpu"] = (self.goodput_rps / self.gpus
@@ -75,11 +89,55 @@ class PlanResult:
     storage: str = ""
     caveats: list[str] = field(default_factory=list)  # the answer's (hastune.caveats)
     files: list[Path] = field(default_factory=list)   # what hastune.plan.run wrote
+    objective: str = "gpus"
 
     @property
     def answer(self) -> Step | None:
+        """The step of the answer: the fewest GPUs that sustain the rate (objective gpus), or
+        the count whose study holds the cheapest configuration that does (cost)."""
+        if self.objective == "cost":
+            c = self.cheapest
+            return next(s for s in self.steps if s.study == c["study"]) if c else None
         ok = [s for s in self.steps if s.sustains(self.rate)]
         return min(ok, key=lambda s: s.gpus) if ok else None
+
+    @property
+    def points(self) -> list[dict]:
+        """Every configuration evaluated at every count tuned, with its study."""
+        return [{**p, "study": s.study} for s in self.tuned for p in s.points]
+
+    @property
+    def cheapest(self) -> dict | None:
+        """The cheapest evaluated configuration whose goodput sustains the rate (the most
+        goodput among equals, then the fewest GPUs); None if none does or a price is
+        missing."""
+        ok = [p for p in self.points if p.get("cost_per_hour") is not None
+              and p["goodput_rps"] >= self.rate]
+        return min(ok, key=lambda p: (p["cost_per_hour"], -p["goodput_rps"], p["gpus"]),
+                   default=None)
+
+    def cost_pareto(self) -> list[dict]:
+        """The evaluated configurations no other beats on both cost per hour and goodput
+        (cheapest first), priced ones only; each with its goodput per dollar."""
+        pts = sorted((p for p in self.points if p.get("cost_per_hour") is not None
+                      and p["goodput_rps"] > 0),
+                     key=lambda p: (p["cost_per_hour"], -p["goodput_rps"]))
+        out: list[dict] = []
+        for p in pts:
+            if not out or p["goodput_rps"] > out[-1]["goodput_rps"]:
+                out.append({**p, "goodput_per_dollar": p["goodput_rps"] * 3600.0
+                            / p["cost_per_hour"]})
+        return out
+
+    @property
+    def answer_config(self) -> tuple[dict | None, float | None, float | None]:
+        """(config, goodput_rps, cost_per_hour) of the answer."""
+        if self.objective == "cost":
+            c = self.cheapest
+            return (c["config"], c["goodput_rps"], c["cost_per_hour"]) if c else (None, None,
+                                                                                  None)
+        a = self.answer
+        return (a.config, a.goodput_rps, a.cost_per_hour) if a else (None, None, None)
 
     @property
     def tuned(self) -> list[Step]:
@@ -105,11 +163,12 @@ class PlanResult:
 
     def as_dict(self) -> dict[str, Any]:
         a, b = self.answer, self.best
+        cfg, goodput, cost = self.answer_config
         out: dict[str, Any] = {
             "recipe": self.recipe, "rate_rps": self.rate, "search": self.search,
-            "max_gpus": self.max_gpus,
-            "gpus": a.gpus if a else None, "config": a.config if a else None,
-            "goodput_rps": a.goodput_rps if a else None,
+            "objective": self.objective, "max_gpus": self.max_gpus,
+            "gpus": (_gpus(cfg) if self.objective == "cost" else a.gpus) if a else None,
+            "config": cfg, "goodput_rps": goodput, "cost_per_hour": cost,
             "searched": [s.gpus for s in self.tuned],
             "ruled_out": {str(s.gpus): s.status for s in self.steps
                           if s.status in (INFEASIBLE, BOUND)},
@@ -117,6 +176,7 @@ class PlanResult:
             "best_gpus": b.gpus if b else None,
             "best_goodput_rps": b.goodput_rps if b else 0.0,
             "steps": [s.as_dict(self.rate) for s in self.steps],
+            "cost_pareto": self.cost_pareto(),
             "storage": self.storage, "wall_s": self.wall_s, "exit_code": self.exit_code,
         }
         if a is None:
@@ -136,6 +196,12 @@ class PlanResult:
                     f"to {self.max_gpus} GPUs (memory, zero-load latency)")
         return (f"no GPU count up to {self.max_gpus} can sustain {self.rate:g} req/s: the "
                 f"largest capacity bound × margin is {max(tops):.3f} req/s")
+
+
+def _gpus(config: dict | None) -> int | None:
+    from hastune.config import parse_config
+
+    return parse_config(config).gpus if config else None
 
 
 def budget_recipe(rec: Recipe, gpus: int) -> Recipe:
@@ -171,6 +237,7 @@ class Planner:
     tune: Any  # hastune.tune.runner.TuneOptions
     search: str = "up"
     steps: dict[int, Step] = field(default_factory=dict)
+    objective: str = "gpus"
 
     def __post_init__(self) -> None:
         if isinstance(self.rate, bool) or not (math.isfinite(self.rate) and self.rate > 0):
@@ -179,6 +246,15 @@ class Planner:
         if self.search not in SEARCHES:
             raise InputError(None, "--search", f"unknown search {self.search!r}",
                              f"use one of {', '.join(SEARCHES)}")
+        if self.objective not in OBJECTIVES:
+            raise InputError(None, "--objective", f"unknown objective {self.objective!r}",
+                             f"use one of {', '.join(OBJECTIVES)}")
+        missing = self.recipe.cluster.unpriced()
+        if self.objective == "cost" and missing:
+            f = self.recipe.cluster.price_field(missing[0])
+            raise InputError(self.recipe.path, f, f"plan --objective cost needs a price for "
+                             f"every GPU type, and {missing[0]} has none", f"give {f} (what "
+                             "one GPU costs per hour), or plan --objective gpus")
         base = self.tune.study or f"{self.recipe.name}-{'+'.join(self.recipe.architectures)}"
         self.base_study = base
 
@@ -187,12 +263,14 @@ class Planner:
 
     def tune_at(self, gpus: int, on_trial: Callable | None = None) -> Step:
         """Tune the recipe at `gpus` GPUs in its own study (resumed if it exists)."""
+        from hastune.cost import cost_fields
         from hastune.tune.outputs import best_trial
-        from hastune.tune.runner import Tuner, evaluated_trials
+        from hastune.tune.runner import Tuner, evaluated_trials, trial_goodput
 
         t0 = time.perf_counter()
-        tuner = Tuner(budget_recipe(self.recipe, gpus),
-                      replace(self.tune, study=self.study_name(gpus)))
+        # tuned for goodput: a count sustains the rate if its best goodput does
+        rec = budget_recipe(self.recipe, gpus).model_copy(update={"objective": "goodput"})
+        tuner = Tuner(rec, replace(self.tune, study=self.study_name(gpus)))
         st = tuner.open_study(0)
         tuner.prepare(st, on_trial=on_trial)
         tuner.work(st, 0, on_trial=on_trial)
@@ -201,9 +279,19 @@ class Planner:
         step.status = TUNED
         step.study = tuner.study_name
         step.recipe_sha256 = tuner.recipe_sha256
-        step.evaluations = len(evaluated_trials(st))
-        step.goodput_rps = float(bt.value or 0.0) if bt else 0.0
+        evals = evaluated_trials(st)
+        step.evaluations = len(evals)
+        step.goodput_rps = trial_goodput(bt) if bt else 0.0
         step.config = bt.user_attrs["config"] if bt and (bt.value or 0.0) > 0 else None
+        step.cost_per_hour = cost_fields(rec.cluster, parse_config(step.config), 0.0).get(
+            "cost_per_hour") if step.config else None
+        step.points = []
+        for t in sorted(evals, key=lambda t: t.number):
+            cfg = parse_config(t.user_attrs["config"])
+            g = trial_goodput(t)
+            step.points.append({"config": t.user_attrs["config"], "gpus": cfg.gpus,
+                                "goodput_rps": g, **{k: v for k, v in cost_fields(
+                                    rec.cluster, cfg, g).items() if k == "cost_per_hour"}})
         step.wall_s = time.perf_counter() - t0
         return step
 
@@ -248,99 +336,25 @@ class Planner:
         res = PlanResult(self.recipe.name, self.rate, self.search, self.recipe.cluster.gpus,
                          [self.steps[g] for g in sorted(self.steps)],
                          time.perf_counter() - t0, self.tune.storage or
-                         f"{self.tune.out}/study.db")
+                         f"{self.tune.out}/study.db", objective=self.objective)
         a = res.answer
+        cfg, goodput, _ = res.answer_config
         if a is not None and bounded:  # the simulator's answer: what it lies beyond
-            from hastune.config import parse_config
             from hastune.evaluators.sim import Evaluation
 
             ev = Evaluation(budget_recipe(self.recipe, a.gpus), requests=1)
-            res.caveats = ev.caveats(parse_config(a.config), float(a.goodput_rps or 0.0))
+            res.caveats = ev.caveats(parse_config(cfg), float(goodput or 0.0))
         return res
 
 
-def write_plot(res: PlanResult, path) -> None:
-    """GPUs → goodput: each tuned count's best, the ceilings, the rate and the answer."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    tuned = sorted(res.tuned, key=lambda s: s.gpus)
-    bounded = [s for s in res.steps if s.ceiling_rps is not None
-               and math.isfinite(s.ceiling_rps)]
-    if bounded:
-        ax.plot([s.gpus for s in bounded], [s.ceiling_rps for s in bounded], ls="", marker="_",
-                ms=14, color="grey", label="capacity bound × margin")
-    ax.plot([s.gpus for s in tuned], [s.goodput_rps for s in tuned], marker="o",
-            label="best goodput (tuned)")
-    ax.axhline(res.rate, color="red", lw=1, ls="--", label=f"rate {res.rate:g} req/s")
-    if (a := res.answer) is not None:
-        ax.plot([a.gpus], [a.goodput_rps], marker="*", ms=16, color="green", ls="",
-                label=f"fewest: {a.gpus} GPUs")
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("P90 goodput (req/s)")
-    ax.set_xticks(range(1, res.max_gpus + 1))
-    ax.set_title(f"{res.recipe}: GPUs for {res.rate:g} req/s ({res.search})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-
-
-def write_outputs(res: PlanResult, recipe: Recipe, out: Path, plots: bool) -> list[Path]:
-    """DIR/plan.json (as --json prints), plan.csv, plan.png, and best_config.yaml (the answer's
-    configuration) next to the studies."""
-    import csv
-    import json
-
-    import yaml
-
-    from hastune.config import dump_config, parse_config
-    from hastune.jsonio import dumps
-
-    out.mkdir(exist_ok=True)
-    d = res.as_dict()
-    written = [out / "plan.json"]
-    written[0].write_text(dumps(d))
-    p = out / "plan.csv"
-    with p.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["gpus", "status", "ceiling_rps", "goodput_rps", "goodput_per_gpu",
-                    "sustains", "evaluations", "study", "config"])
-        for s in d["steps"]:
-            w.writerow([s["gpus"], s["status"], s["ceiling_rps"], s["goodput_rps"],
-                        s["goodput_per_gpu"], s["sustains"], s["evaluations"], s["study"] or "",
-                        json.dumps(s["config"], sort_keys=True) if s["config"] else ""])
-    written.append(p)
-    if (a := res.answer) is not None:
-        from hastune.export.target import TARGET_KEY, build_target, dump_target
-
-        cfg = parse_config(a.config)
-        target = build_target(budget_recipe(recipe, a.gpus), cfg, a.goodput_rps or 0.0,
-                              a.recipe_sha256)
-        p = out / "best_config.yaml"
-        p.write_text(f"# Fewest GPUs found by `hastune plan` for recipe {res.recipe} at "
-                     f"{res.rate:g} req/s:\n# {a.gpus} GPUs, P90 goodput {a.goodput_rps:.3f} "
-                     f"req/s (study {a.study}). Simulate it: hastune evaluate RECIPE --config "
-                     "this-file;\n# deploy it: hastune export this-file --engine "
-                     "vllm|sglang|dynamo (`target:` says what it is for)\n"
-                     + yaml.safe_dump(dump_config(cfg), sort_keys=False)
-                     + yaml.safe_dump({TARGET_KEY: dump_target(target)}, sort_keys=False))
-        written.append(p)
-    if plots:
-        p = out / "plan.png"
-        write_plot(res, p)
-        written.append(p)
-    return written
-
-
 def run(recipe: str | Path | Recipe, rate: float, *, search: str = "up", plots: bool = True,
-        on_step: Callable[[Step], None] | None = None, **options: Any) -> PlanResult:
+        on_step: Callable[[Step], None] | None = None, objective: str = "gpus",
+        **options: Any) -> PlanResult:
     """`hastune plan` from Python: the fewest GPUs whose best configuration sustains `rate`
-    req/s, with plan.json, plan.csv, plan.png and the answer's best_config.yaml in `out`
-    (`result.files`). `options` are hastune.tune.TuneOptions' fields (trials per count,
+    req/s (`objective` gpus), or the cheapest configuration that does (cost), with plan.json,
+    plan.csv, plan.png (with prices plan_pareto.csv and plan_cost.png) and the answer's
+    best_config.yaml in `out` (`result.files`). `options` are hastune.tune.TuneOptions'
+    fields (trials per count,
     sampler, evaluator, storage, study, out="plan-out", seed, prune, force). Bad input raises
     InputError before any work; Ctrl-C raises KeyboardInterrupt (finished trials are kept)."""
     import optuna
@@ -359,6 +373,10 @@ def run(recipe: str | Path | Recipe, rate: float, *, search: str = "up", plots: 
     rec = recipe if isinstance(recipe, Recipe) else load_recipe(Path(recipe))
     if opts.evaluator == "sim":
         check_tune_work(rec, opts.prune, "plan")
-    res = Planner(rec, rate, opts, search=search).run(on_step=on_step)
-    res.files = write_outputs(res, rec, Path(opts.out), plots)
+    res = Planner(rec, rate, opts, search=search, objective=objective).run(on_step=on_step)
+    from hastune.plan_outputs import write_outputs
+
+    a = res.answer
+    res.files = write_outputs(res, budget_recipe(rec, a.gpus) if a else rec, Path(opts.out),
+                              plots)
     return res

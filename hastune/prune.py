@@ -19,6 +19,10 @@ Every bound is an upper bound on a deployment's sustainable throughput, and good
 steady-state rate (hastune.stability), so goodput ≤ bound × margin with the margin derived from
 the probe's tolerances (`derived_margin`); the optimum is never pruned (tests compare with
 exhaustive search on generated recipes).
+
+Under another objective than goodput (hastune.cost.Objective: value = goodput × scale(cfg),
+goodput per dollar) candidates are ranked, probed and compared by value: value ≤ bound × scale
+× margin, so the capacity rule stays sound against the best value probed.
 """
 
 from __future__ import annotations
@@ -296,7 +300,8 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
           runnable: Callable[[Config], bool] | None = None,
           lower_bound: float = 0.0,
           deployable: Callable[[Config], bool] | None = None,
-          evaluate_many: Callable[[list[Config]], list[float]] | None = None) -> PruneReport:
+          evaluate_many: Callable[[list[Config]], list[float]] | None = None,
+          scale: Callable[[Config], float] | None = None) -> PruneReport:
     """Apply the rules in order; `evaluate(config) → goodput` (the simulator) supplies the
     lower bound from the `probe_top` best-bounded candidates (none: capacity rule skipped;
     `evaluate_many`, given, evaluates them together: the same values).
@@ -304,7 +309,10 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
     under the `engine` rule, before anything is probed; `deployable` (tune --target: can that
     engine launch it as tuned?) the rest under the `target` rule. `lower_bound`: a goodput already
     reached (another architecture's probes in the same study): the capacity rule uses the
-    larger of it and this space's own probes — any reached goodput bounds the optimum below."""
+    larger of it and this space's own probes — any reached goodput bounds the optimum below.
+    `scale` (an objective other than goodput: its value per req/s of a configuration's goodput,
+    hastune.cost.Objective.scale): candidates are ranked and probed by bound × scale, and
+    `lower_bound` and the report's are values of that objective, not req/s."""
     if margin is None:
         margin = derived_margin(recipe)
     b = Bounds(recipe, profile, reqs)
@@ -345,7 +353,11 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
             seen_equiv.add(key)
         st = b.stages(cfg)
         cands.append(Candidate(cfg, min(st.values()), st))
-    cands.sort(key=lambda c: -c.bound)
+
+    def worth(c: Candidate, goodput: float) -> float:  # in the objective's units
+        return goodput * scale(c.config) if scale is not None else goodput
+
+    cands.sort(key=lambda c: -worth(c, c.bound))
     report = PruneReport(total=total, kept=cands, removed=removed, margin=margin)
     if evaluate is not None and cands and probe_top > 0:
         # probe the best-bounded candidates with distinct GPU allocations
@@ -363,9 +375,10 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
                   else [evaluate(c.config) for c in probed])
         for c, v in zip(probed, values):
             c.goodput = v
-        report.lower_bound = max([lower_bound] + [c.goodput or 0.0 for c in probed])
+        report.lower_bound = max([lower_bound] + [worth(c, c.goodput or 0.0) for c in probed])
         lb = report.lower_bound
-        keep = [c for c in cands if c.goodput is not None or keeps(recipe, c.bound, margin, lb)]
+        keep = [c for c in cands
+                if c.goodput is not None or keeps(recipe, worth(c, c.bound), margin, lb)]
         removed["capacity"] = len(cands) - len(keep)
         report.kept = keep
     return report

@@ -32,6 +32,10 @@ MAX_REQUESTS = 10_000_000    # requests in one run or probe
 MAX_SLO_S = 1e9              # an SLO (or a think time) in seconds: ~30 years, "never missed"
 MIX_TOLERANCE = 0.01         # mix shares must sum to 1 within this
 MAX_PATH = 4096              # characters of a path (Linux's PATH_MAX)
+# What a tune maximises (and a result is ranked by): goodput (req/s), or goodput per dollar
+# (requests served within the SLOs per dollar: goodput × 3600 / cost per hour; hastune.cost)
+OBJECTIVES = ("goodput", "goodput_per_dollar")
+COST_OBJECTIVES = ("goodput_per_dollar",)
 
 
 class _Strict(BaseModel):
@@ -322,6 +326,9 @@ class Recipe(_Strict):
     search_space: str | None = Field(default=None, max_length=MAX_PATH)
     evaluator: Evaluator = Field(default_factory=Evaluator)
     seed: int = Field(default=0, ge=0)
+    objective: Literal["goodput", "goodput_per_dollar"] = Field(
+        default="goodput", description="what tune maximises: goodput (req/s), or "
+        "goodput_per_dollar (goodput × 3600 / cost per hour; needs every GPU type's price)")
     path: str | None = Field(default=None, exclude=True)
 
     @model_validator(mode="before")
@@ -351,6 +358,19 @@ class Recipe(_Strict):
                              "Fix: name each once")
         return v
 
+    @model_validator(mode="after")
+    def _priced(self) -> Recipe:
+        # an InputError (not a ValueError) passes through pydantic whole: it names the exact
+        # field, which a model-level ValueError cannot; load_recipe adds the file
+        missing = self.cluster.unpriced()
+        if self.objective in COST_OBJECTIVES and missing:
+            field = self.cluster.price_field(missing[0])
+            raise InputError(self.path, field, f"objective {self.objective} needs a price for "
+                             f"every GPU type, and {missing[0]} has none",
+                             f"give {field} (what one GPU costs per hour), or objective: "
+                             "goodput")
+        return self
+
     @model_serializer(mode="wrap")
     def _dump(self, handler):  # defaults left out: a study's recipe hash stays what it was
         out = handler(self)
@@ -358,7 +378,21 @@ class Recipe(_Strict):
             out.pop("precision", None)
         if self.engine == Engine():
             out.pop("engine", None)
+        if self.objective == "goodput":
+            out.pop("objective", None)
         return out
+
+    def check_one_type(self) -> None:
+        """Refuse a cluster of several GPU types where a deployment is simulated or run:
+        pools on several types are not modelled yet (`hastune validate` checks such a
+        recipe, each type on its own)."""
+        types = self.cluster.types
+        if len(types) > 1:
+            names = ", ".join(t.gpu for t in types)
+            raise InputError(self.path, "cluster.inventory", f"it holds {len(types)} GPU "
+                             f"types ({names}); pools on several GPU types are not simulated "
+                             "yet", "keep one entry in cluster.inventory (hastune validate "
+                             "checks a recipe of several)")
 
     @property
     def architectures(self) -> list[str]:
@@ -395,4 +429,6 @@ def load_recipe(path: str | Path) -> Recipe:
         rec = Recipe.model_validate(data)
     except ValidationError as exc:
         raise from_pydantic(path, exc, model=Recipe) from None
+    except InputError as exc:  # a check that names its field itself (_priced)
+        raise InputError(path, exc.field, exc.problem, exc.fix) from None
     return rec.model_copy(update={"path": str(path)})

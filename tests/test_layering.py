@@ -39,7 +39,8 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
                          "hastune.recipe", "hastune.workload", "hastune.space", "hastune.runs",
                          "hastune.goodput", "hastune.repeats", "hastune.stability",
                          "hastune.engine_fitted", "hastune.engine_terms", "hastune.caveats",
-                         "hastune.worklimit", "hastune.standin")),
+                         "hastune.worklimit", "hastune.standin",
+                         "hastune.cost")),  # prices and the objective (issue 37)
     # device primitives with torch passed in (green contexts): nothing of hastune
     (0, "runners.device", ("runners$", "runners.device")),
     # a tuned config as the launch files of vLLM, SGLang, Dynamo or the bundled engine
@@ -56,7 +57,7 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     # evaluators: goodput of a config by simulation or on the engine, and pruning's bounds
     (5, "hastune evaluators", ("hastune.evaluators", "hastune.prune")),
     # the tuner (HAS: pruning + Bayesian optimisation) and planning on it (fewest GPUs)
-    (6, "hastune.tune", ("hastune.tune", "hastune.plan")),
+    (6, "hastune.tune", ("hastune.tune", "hastune.plan", "hastune.plan_outputs")),
     # the simulator scored against measured runs of real engines (issue 13)
     (6, "hastune.fidelity", ("hastune.fidelity",)),
     # the command line, on top of everything

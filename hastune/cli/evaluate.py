@@ -20,6 +20,7 @@ from hastune.cli.common import (
     terms_line,
 )
 from hastune.config import load_config
+from hastune.cost import cost_fields, cost_line
 from hastune.errors import EXIT_NO_CONFIG
 from hastune.evaluators import EVALUATORS, EvaluatorOptions, make_evaluator
 from hastune.evaluators.sim import check_requests, check_seed
@@ -103,6 +104,8 @@ def evaluate(
     out.update({"architecture": cfg.architecture, "gpus": cfg.gpus,
                 "goodput_per_gpu": res.goodput_rps / cfg.gpus, "seed": ev.seed,
                 "evaluator": evaluator, "wall_s": wall})
+    cost = cost_fields(rec.cluster, cfg, res.goodput_rps)  # {} without prices
+    out.update(cost)
     out.update(ev.describe())
     if res.best_run is not None:
         out["at_goodput"] = {k: v for k, v in res.best_run.summary(rec.slo).items()
@@ -122,6 +125,8 @@ def evaluate(
     tab = Table(show_header=False)
     tab.add_row("goodput", f"[bold]{res.goodput_rps:.3f} req/s[/] "
                 f"({res.goodput_rps / cfg.gpus:.3f} per GPU)")
+    if cost:
+        tab.add_row("cost", cost_line(cost))
     tab.add_row("criterion", f"{res.criterion}, P{pct:g}, tolerance {res.tolerance:.0%}")
     span = ev.describe().get("probe_span_s")
     runs = sum(p.runs for p in res.probes)

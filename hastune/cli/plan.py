@@ -1,4 +1,5 @@
-"""`hastune plan RECIPE --rate R`: the fewest GPUs that sustain a load (hastune.plan)."""
+"""`hastune plan RECIPE --rate R`: the fewest GPUs (or the cheapest deployment) that sustain a
+load (hastune.plan)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,13 @@ def table(res) -> Table:
     pareto = set(res.pareto())
     a = res.answer
     tuned = ", ".join(str(s.gpus) for s in res.tuned) or "none"
-    t = Table(title=f"{res.recipe}: fewest GPUs for {res.rate:g} req/s "
+    what = "cheapest deployment" if res.objective == "cost" else "fewest GPUs"
+    priced = any(s.cost_per_hour is not None for s in res.steps)
+    t = Table(title=f"{res.recipe}: {what} for {res.rate:g} req/s "
               f"(search {res.search}; tuned: {tuned})")
     for c, j in (("GPUs", "right"), ("status", "left"), ("bound", "right"),
-                 ("goodput", "right"), ("per GPU", "right"), ("evals", "right"),
+                 ("goodput", "right"), ("per GPU", "right"),
+                 *((("$/h", "right"),) if priced else ()), ("evals", "right"),
                  ("config", "left")):
         t.add_column(c, justify=j)
     for s in res.steps:
@@ -39,10 +43,29 @@ def table(res) -> Table:
                              " ✗" if s.goodput_rps is not None else "")
         t.add_row(f"{s.gpus}{mark}", status, _fmt(s.ceiling_rps), _fmt(s.goodput_rps),
                   _fmt(None if s.goodput_rps is None else s.goodput_rps / s.gpus),
+                  *((_fmt(s.cost_per_hour),) if priced else ()),
                   str(s.evaluations) if s.status == "tuned" else "",
                   escape(config_line(s.config)) if s.config else "")
-    t.caption = ("bound: capacity bound × margin, no goodput exceeds it; ★ the answer, "
-                 "· on the Pareto front (more goodput than any fewer-GPU count tuned)")
+    t.caption = ("bound: capacity bound × margin, no goodput exceeds it; ★ the answer's "
+                 "count, · on the Pareto front (more goodput than any fewer-GPU count tuned)"
+                 + ("; $/h: the count's best configuration's cost per hour" if priced else ""))
+    return t
+
+
+def cost_table(res) -> Table:
+    """The Pareto front of cost per hour against goodput over every configuration
+    evaluated."""
+    cfg = res.answer_config[0]
+    t = Table(title=f"{res.recipe}: cost per hour against goodput (the configurations no "
+              "other evaluated beats on both)")
+    for c in ("$/h", "goodput", "per dollar", "GPUs", "config"):
+        t.add_column(c, justify="left" if c == "config" else "right")
+    for p in res.cost_pareto():
+        mark = " ★" if p["config"] == cfg else (" ✓" if p["goodput_rps"] >= res.rate else "")
+        t.add_row(f"{p['cost_per_hour']:.4g}{mark}", f"{p['goodput_rps']:.3f}",
+                  f"{p['goodput_per_dollar']:.4g}", str(p["gpus"]),
+                  escape(config_line(p["config"])))
+    t.caption = f"★ the answer ({res.objective}), ✓ sustains {res.rate:g} req/s"
     return t
 
 
@@ -54,6 +77,9 @@ def plan(
     search: str = typer.Option("up", "--search", help="up: GPU counts in increasing order, "
                                "stop at the first that sustains the rate; bisect: fewer "
                                "tunes, assumes goodput grows with the GPUs"),
+    objective: str = typer.Option("gpus", "--objective", help="gpus: the fewest GPUs that "
+                                  "sustain the rate; cost: the cheapest configuration "
+                                  "evaluated that does (needs cluster prices)"),
     sampler: str = typer.Option("tpe", "--sampler", help="tpe | gp | skopt | random"),
     evaluator: str = typer.Option("sim", "--evaluator", help="what measures each trial: "
                                   f"{', '.join(EVALUATORS)}"),
@@ -71,7 +97,8 @@ def plan(
     no_plots: bool = typer.Option(False, "--no-plots", help="skip plan.png"),
 ) -> None:
     """The fewest GPUs (up to the recipe's cluster.gpus) whose best configuration sustains
-    --rate req/s within the SLOs, tuning one study per GPU count (resumable like tune).
+    --rate req/s within the SLOs, or with --objective cost the cheapest configuration that
+    does, tuning one study per GPU count (resumable like tune).
 
     Exit codes: 0 found; 3 not even cluster.gpus sustains the rate (the most goodput
     reached is printed); 2 bad input; 1 the run failed (finished trials are kept); 130
@@ -102,7 +129,8 @@ def plan(
         sys.exit(EXIT_INTERRUPTED)
 
     try:
-        res = run(recipe, rate, search=search, plots=not no_plots, on_step=said, trials=trials,
+        res = run(recipe, rate, search=search, plots=not no_plots, on_step=said,
+                  objective=objective, trials=trials,
                   sampler=sampler, evaluator=evaluator, storage=storage, study=study,
                   out=str(out), seed=seed, prune=not no_prune, force=force)
     except storage_errors() as exc:
@@ -117,10 +145,15 @@ def plan(
         print(dumps(d))
     else:
         Console(highlight=False).print(table(res))
+        if d["cost_pareto"]:
+            Console(highlight=False).print(cost_table(res))
         a = res.answer
         if a is not None:
-            con.print(f"fewest GPUs: [bold]{a.gpus}[/] — {a.goodput_rps:.3f} req/s ≥ "
-                      f"{rate:g} with {escape(config_line(a.config))}")
+            cost = (f", {d['cost_per_hour']:.4g} per hour"
+                    if d["cost_per_hour"] is not None else "")
+            what = "cheapest" if objective == "cost" else "fewest GPUs"
+            con.print(f"{what}: [bold]{d['gpus']}[/] GPUs — {d['goodput_rps']:.3f} req/s ≥ "
+                      f"{rate:g}{cost} with {escape(config_line(d['config']))}")
             print_caveats(con, res.caveats)
         else:
             con.print(f"[red]no GPU count sustains {rate:g} req/s[/]: "

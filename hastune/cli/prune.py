@@ -135,9 +135,12 @@ def grid(
         with (out / "grid.csv").open("w", newline="") as fh:
             w = csv.writer(fh)
             keys = sorted({k for r in res["results"] for k in r["config"]})
-            w.writerow([*keys, "goodput_rps"])
+            cost = [k for k in ("cost_per_hour", "goodput_per_dollar")
+                    if any(k in r for r in res["results"])]
+            w.writerow([*keys, "goodput_rps", *cost])
             for r in res["results"]:
-                w.writerow([*(r["config"].get(k, "") for k in keys), r["goodput_rps"]])
+                w.writerow([*(r["config"].get(k, "") for k in keys), r["goodput_rps"],
+                            *(r.get(k, "") for k in cost)])
     best = max((r["goodput_rps"] for r in res["results"]), default=0.0)
     code = 0 if best > 0 else EXIT_NO_CONFIG
     res["exit_code"] = code
@@ -156,8 +159,13 @@ def grid(
     t.add_column("rank", justify="right")
     t.add_column("config")
     t.add_column("goodput (req/s)", justify="right")
+    priced = any("cost_per_hour" in r for r in res["results"])
+    if priced:
+        t.add_column("cost per hour", justify="right")
+        t.add_column("per dollar", justify="right")
     for i, r in enumerate(res["results"][:top], 1):
-        t.add_row(str(i), config_line(r["config"]), f"{r['goodput_rps']:.3f}")
+        t.add_row(str(i), config_line(r["config"]), f"{r['goodput_rps']:.3f}", *(
+            (f"{r['cost_per_hour']:.4g}", f"{r['goodput_per_dollar']:.4g}") if priced else ()))
     con.print(t)
     if code:
         con.print(f"[red]no configuration meets the SLOs[/]: {res['no_config_reason']}")

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hastune.cli.common import dumps, fmt_s, print_caveats, terms_line
+from hastune.cost import cost_line
 from hastune.errors import EXIT_GATE, EXIT_INTERRUPTED, EXIT_NO_CONFIG
 from hastune.tune.progress import Progress, config_line
 
@@ -42,7 +43,7 @@ class TuneView(Progress):
             self.live.start()
 
     def render(self) -> Table:
-        from hastune.tune.runner import evaluated_trials
+        from hastune.tune.runner import evaluated_trials, trial_goodput
 
         trials = self.study.get_trials(deepcopy=False)
         evals = sorted(evaluated_trials(self.study), key=lambda t: t.number)
@@ -65,10 +66,11 @@ class TuneView(Progress):
         if evals:
             last = evals[-1]
             t.add_row("last", f"#{last.number} {config_line(last.user_attrs.get('config'))} → "
-                      f"{last.value:.3f} req/s" + (" (stopped early)" if
+                      f"{trial_goodput(last):.3f} req/s" + _per_dollar(last)
+                      + (" (stopped early)" if
                                                     last.user_attrs.get("early_stopped") else ""))
         if best is not None:
-            t.add_row("best", f"[bold]{best.value:.3f} req/s[/] "
+            t.add_row("best", f"[bold]{trial_goodput(best):.3f} req/s[/]{_per_dollar(best)} "
                       f"{config_line(best.user_attrs.get('config'))}")
         t.add_row("elapsed / ETA", f"{el:.1f} s / " + (f"{eta:.0f} s" if eta == eta else "-"))
         return t
@@ -206,8 +208,11 @@ def report(res: Any, view: TuneView, max_regression: float) -> None:
     if view.as_json:
         print(dumps(s))
     else:
+        cost = cost_line({k: s[k] for k in ("cost_per_hour", "goodput_per_dollar") if k in s})
         con.print(f"best: [bold]{s['goodput_rps']:.3f} req/s[/] ({s['goodput_per_gpu']:.3f} per "
-                  f"GPU) with {config_line(s['best_config'])}")
+                  f"GPU{'; ' + cost if cost else ''}) with {config_line(s['best_config'])}"
+                  + (f" (objective {s['objective']})" if s.get("objective", "goodput")
+                     != "goodput" else ""))
         con.print("searched: " + (f"what {s['target']} can launch (--target; all: every "
                                    "configuration)" if s.get("target") else
                                    "every configuration (--target all)")
@@ -236,6 +241,12 @@ def report(res: Any, view: TuneView, max_regression: float) -> None:
         fail(res.failures, json_said=view.as_json)  # with --json the summary printed says it
     if res.exit_code:
         sys.exit(res.exit_code)
+
+
+def _per_dollar(t: Any) -> str:
+    """', N per dollar' of a trial recorded with a price ('' without)."""
+    v = t.user_attrs.get("goodput_per_dollar")
+    return f", {v:.4g} per dollar" if v is not None else ""
 
 
 def deploy_line(s: dict) -> str | None:

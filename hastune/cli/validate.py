@@ -46,17 +46,43 @@ def validate_file(path: Path) -> tuple[str, str]:
     if kind == "profile":
         prof = load_profile(path)
         return kind, f"{prof.model} on {prof.gpu} ({prof.source.split(':')[0]})"
+    rec = load_recipe(path)
+    types = rec.cluster.types
+    if len(types) == 1:
+        ev = _check_recipe(rec, path)
+        return kind, (f"{rec.model} on {rec.cluster.gpus}× {rec.cluster.gpu}, profile "
+                      f"{ev.profile.name}, {len(ev.requests)} sample requests ok")
+    # several GPU types: each checked as a cluster of that type alone (its profile, the
+    # spaces on its GPUs); simulate / tune refuse such a recipe for now (check_one_type)
+    names = []
+    for i, t in enumerate(types):
+        one = rec.model_copy(update={"cluster": rec.cluster.only(t.gpu)})
+        try:
+            ev = _check_recipe(one, path)
+        except InputError as exc:
+            field = exc.field
+            if field and field.startswith("cluster.") and exc.file == str(path):
+                field = f"cluster.inventory[{i}]" + field.removeprefix("cluster")
+            raise InputError(exc.file, field, f"{exc.problem} (GPU type {t.gpu}, inventory "
+                             f"entry {i})", exc.fix) from None
+        names.append(f"{t.gpus}× {t.gpu} (profile {ev.profile.name})")
+    return kind, (f"{rec.model} on {' + '.join(names)}, budget {rec.cluster.gpus} GPUs, "
+                  f"{len(ev.requests)} sample requests ok; simulate and tune take one GPU "
+                  "type for now")
+
+
+def _check_recipe(rec, path: Path):
+    """The recipe's profile, request sample and search spaces checked (on a cluster of one
+    GPU type); returns the evaluation."""
     from hastune.evaluators.sim import Evaluation
     from hastune.space import space_for
 
-    rec = load_recipe(path)
     ev = Evaluation(rec, requests=min(rec.workload.requests, 200))  # profile, trace checks
     for arch in rec.architectures:  # each space exists and holds something this can run
         space = space_for(arch, str(path), rec.search_space, ev.profile)
         own = rec.search_space and space.source == str(rec.resolve(rec.search_space))
         ev.check_space(space, rec.search_space if own else f"search_spaces/{arch}.yaml")
-    return kind, (f"{rec.model} on {rec.cluster.gpus}× {rec.cluster.gpu}, profile "
-                  f"{ev.profile.name}, {len(ev.requests)} sample requests ok")
+    return ev
 
 
 @app.command()

@@ -163,6 +163,7 @@ class RealEvaluation(Probing):
 
     def __init__(self, recipe: Recipe, options: RealOptions | None = None,
                  requests: int | None = None, seed: int | None = None):
+        recipe.check_one_type()  # pools on several GPU types: not yet
         self.recipe = recipe
         self.opts = options or RealOptions()
         from runners.engine.backend import check

@@ -33,7 +33,12 @@ def resolve_profile(recipe: Recipe, quiet: bool = False) -> tuple[Profile, Profi
                          "(e.g. Qwen2.5-VL, LLaVA-NeXT), or mix: {text: 1.0}")
     prec = precision_of(recipe, arch)
     req = ondemand.Request(arch, recipe.cluster.gpu, prec, recipe.engine)
-    got = ondemand.ensure(req, recipe.path)
+    try:
+        got = ondemand.ensure(req, recipe.path)
+    except InputError as exc:  # the GPU as the recipe names it (an inventory's entry)
+        if exc.field != "cluster.gpu" or exc.file != (str(recipe.path) if recipe.path else None):
+            raise
+        raise InputError(exc.file, recipe.cluster.gpu_field, exc.problem, exc.fix) from None
     prof = got.profile
     need = prof.min_pp * min(prof.tp_degrees)
     if need > recipe.cluster.gpus:  # larger than one node: it needs pipeline stages

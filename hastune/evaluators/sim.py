@@ -82,6 +82,7 @@ class Evaluation:
                  requests: int | None = None, seed: int | None = None):
         check_requests(requests)
         check_seed(seed)
+        recipe.check_one_type()  # pools on several GPU types: not yet
         self.recipe = recipe
         if profile is None:
             from hastune.evaluators.profile import resolve_profile

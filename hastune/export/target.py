@@ -116,6 +116,10 @@ class Target(_Strict):
     memory_shares: MemoryShares | None = Field(
         default=None, description="co-resident encode and prefill servers (sm_split): their "
         "memory shares of an encode GPU")
+    cost_per_hour: float | None = Field(default=None, ge=0, description="what its GPUs "
+                                        "cost per hour (where the recipe gives prices)")
+    goodput_per_dollar: float | None = Field(default=None, ge=0, description="requests "
+                                             "served within the SLOs per dollar")
 
     @property
     def engine_model(self) -> str:
@@ -195,6 +199,7 @@ def build_target(recipe: Recipe, cfg: ConfigBase, goodput_rps: float,
                  recipe_sha256: str | None = None, profile: Profile | None = None) -> Target:
     """What `cfg` was tuned for; `profile` (the recipe's) sizes a co-resident pair's memory
     shares (memory_shares)."""
+    from hastune.cost import cost_fields
     from hastune.model_ref import load_arch, precision_of
 
     cj = config_json(recipe)
@@ -217,7 +222,8 @@ def build_target(recipe: Recipe, cfg: ConfigBase, goodput_rps: float,
         slo=TargetSLO(ttft_s=recipe.slo.ttft_s, tpot_s=recipe.slo.tpot_s,
                       percentile=recipe.slo.percentile),
         goodput_rps=goodput_rps, goodput_per_gpu=goodput_rps / cfg.gpus if cfg.gpus else 0.0,
-        memory_shares=memory_shares(cfg, profile))
+        memory_shares=memory_shares(cfg, profile),
+        **cost_fields(recipe.cluster, cfg, goodput_rps))
 
 
 def dump_target(t: Target) -> dict[str, Any]:

@@ -18,13 +18,14 @@ import optuna
 
 from hastune import archs
 from hastune.config import parse_config
-from hastune.tune.runner import evaluated_trials
+from hastune.tune.runner import evaluated_trials, trial_goodput
 
 TOP_N = 5
 ENGINE_COLUMNS = ("vllm", "sglang", "dynamo", "runners")  # hastune.export.ENGINES
 COLUMNS = ["architecture", "rank", "goodput_rps", "gpus", "goodput_per_gpu", "ttft_p90_s",
            "tpot_p90_s", "ttft_margin", "tpot_margin", "trial", "deployment",
            *ENGINE_COLUMNS, "config"]
+COST_COLUMNS = ["cost_per_hour", "goodput_per_dollar"]  # where the recipe gives prices
 
 
 def deploys(cfg: Any, gpus_per_node: int, facts: tuple) -> dict[str, str]:
@@ -43,8 +44,9 @@ def candidates(study: optuna.Study, slo: Any, n: int = TOP_N,
                best_at: dict[str, float] | None = None,
                best_number: int | None = None, gpus_per_node: int = 8,
                facts: tuple = ("vllm", None, False)) -> list[dict[str, Any]]:
-    """The top `n` distinct configurations per architecture (goodput > 0), best first, each
-    with whether every engine can launch it (`deploys`)."""
+    """The top `n` distinct configurations per architecture (goodput > 0), best first by the
+    study's objective, each with whether every engine can launch it (`deploys`) and, where
+    the recipe gives prices, its cost per hour and goodput per dollar."""
     best: dict[str, optuna.trial.FrozenTrial] = {}
     for t in evaluated_trials(study):
         key = t.user_attrs.get("key") or json.dumps(t.user_attrs.get("config"), sort_keys=True)
@@ -68,9 +70,10 @@ def candidates(study: optuna.Study, slo: Any, n: int = TOP_N,
 
 def _row(t: optuna.trial.FrozenTrial, arch: str, rank: int, at: dict, slo: Any) -> dict:
     cfg = parse_config(t.user_attrs["config"])
-    g = float(t.value or 0.0)
+    g = trial_goodput(t)
     ttft, tpot = at.get("ttft_p90_s"), at.get("tpot_p90_s")
-    return {"architecture": arch, "rank": rank, "goodput_rps": g, "gpus": cfg.gpus,
+    cost = {k: t.user_attrs[k] for k in COST_COLUMNS if k in t.user_attrs}
+    return {"architecture": arch, "rank": rank, "goodput_rps": g, "gpus": cfg.gpus, **cost,
             "goodput_per_gpu": g / cfg.gpus if cfg.gpus else 0.0,
             "ttft_p90_s": ttft, "tpot_p90_s": tpot,
             "ttft_margin": None if ttft is None else (slo.ttft_s - ttft) / slo.ttft_s,
@@ -80,11 +83,13 @@ def _row(t: optuna.trial.FrozenTrial, arch: str, rank: int, at: dict, slo: Any) 
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    cols = COLUMNS[:5] + COST_COLUMNS + COLUMNS[5:] if any(
+        "cost_per_hour" in r for r in rows) else COLUMNS
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(COLUMNS)
+        w.writerow(cols)
         for r in rows:
             r = {**r, **r.get("deploys", {})}
             w.writerow(["" if r.get(c) is None else
                         json.dumps(r[c], sort_keys=True) if c == "config" else r[c]
-                        for c in COLUMNS])
+                        for c in cols])

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from hastune.config import config_dict, parse_config
+from hastune.cost import Objective, cost_fields
 from hastune.evaluators.sim import Evaluation
 from hastune.prune import Bounds, prune
 from hastune.recipe import load_recipe
@@ -31,7 +32,8 @@ def _goodput(cfg_dict: dict) -> float:
 def run_grid(recipe_path: str | Path, prune_first: bool = True,
              workers: int | str = 1) -> dict:
     """Every configuration's goodput (after the analytic pruning rules, unless not
-    `prune_first`), best first; in `workers` processes ("auto": the cores this process may
+    `prune_first`), best first by the recipe's objective (with prices, each row's cost per
+    hour and goodput per dollar); in `workers` processes ("auto": the cores this process may
     use) — each configuration's number is its own, so the table is the same for any."""
     workers = resolve_workers(workers)
     rec = load_recipe(recipe_path)
@@ -55,8 +57,11 @@ def run_grid(recipe_path: str | Path, prune_first: bool = True,
             vals = pool.map(_goodput, dicts, chunksize=4)
     else:
         vals = [ev.goodput(c).goodput_rps for c in cfgs]
-    results = sorted(({"config": d, "goodput_rps": v} for d, v in zip(dicts, vals)),
-                     key=lambda r: -r["goodput_rps"])
-    return {"recipe": rec.name, "total": total, "evaluated": len(results),
+    obj = Objective(rec)
+    results = sorted(({"config": d, "goodput_rps": v, **cost_fields(rec.cluster, c, v)}
+                      for c, d, v in zip(cfgs, dicts, vals)),
+                     key=lambda r: -obj.value(parse_config(r["config"]), r["goodput_rps"]))
+    return {"recipe": rec.name, "objective": rec.objective, "total": total,
+            "evaluated": len(results),
             "pruned": prune_first, "seed": rec.seed, "wall_s": time.perf_counter() - t0,
             "best": results[0] if results else None, "results": results}

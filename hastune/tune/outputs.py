@@ -10,11 +10,12 @@ import optuna
 import yaml
 
 from hastune.config import TARGET_KEY, dump_config, parse_config
+from hastune.cost import cost_fields, cost_line
 from hastune.export.target import build_target, dump_target
 from hastune.goodput import GoodputResult
 from hastune.jsonio import dumps
 from hastune.tune.candidates import candidates, deploys, write_csv
-from hastune.tune.runner import Tuner, evaluated_trials
+from hastune.tune.runner import Tuner, evaluated_trials, trial_goodput
 
 
 def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
@@ -23,7 +24,8 @@ def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 
 
 def convergence(study: optuna.Study) -> list[float]:
-    """Best goodput after each evaluation, in evaluation order."""
+    """Best value of the objective (goodput, or goodput per dollar) after each evaluation, in
+    evaluation order."""
     best, out = 0.0, []
     for t in sorted(evaluated_trials(study), key=lambda t: t.datetime_complete or t.number):
         best = max(best, float(t.value or 0.0))
@@ -40,19 +42,24 @@ def write_trials_csv(study: optuna.Study, path: Path) -> None:
             if k not in knobs:
                 knobs.append(k)
         rows.append((t, cfg))
+    priced = any("cost_per_hour" in t.user_attrs for t, _ in rows)
     cols = ["number", "state", "goodput_rps", *knobs, "evaluated", "duplicate", "reason",
-            "early_stopped", "probes", "wall_s", "source", "worker"]
+            "early_stopped", "probes", "wall_s", "source", "worker",
+            *(("cost_per_hour", "goodput_per_dollar") if priced else ())]
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(cols)
         for t, cfg in rows:
             u = t.user_attrs
-            w.writerow([t.number, t.state.name, "" if t.value is None else t.value,
+            g = "" if t.value is None else (trial_goodput(t) if u.get("evaluated") else t.value)
+            w.writerow([t.number, t.state.name, g,
                         *[cfg.get(k, "") for k in knobs], bool(u.get("evaluated")),
                         bool(u.get("duplicate")), u.get("reason", ""),
                         bool(u.get("early_stopped")), u.get("probes", ""),
                         round(u.get("wall_s", 0.0), 4) if "wall_s" in u else "",
-                        u.get("source", ""), u.get("worker", "")])
+                        u.get("source", ""), u.get("worker", ""),
+                        *((u.get("cost_per_hour", ""), u.get("goodput_per_dollar", ""))
+                          if priced else ())])
 
 
 def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
@@ -62,13 +69,15 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
     prep = study.user_attrs.get("prune_report", {})
     rec = tuner.recipe
     best_cfg = bt.user_attrs["config"] if bt else None
-    goodput = float(bt.value or 0.0) if bt else 0.0
+    goodput = trial_goodput(bt) if bt else 0.0
     gpus = parse_config(best_cfg).gpus if best_cfg else rec.cluster.gpus
     out: dict[str, Any] = {
         "recipe": rec.name,
+        "objective": rec.objective,  # what the best maximises (goodput, or per dollar)
         "best_config": best_cfg,
         "goodput_rps": goodput,
         "goodput_per_gpu": goodput / gpus if gpus else 0.0,
+        **(cost_fields(rec.cluster, parse_config(best_cfg), goodput) if best_cfg else {}),
         "best_gpus": gpus if best_cfg else None,
         "meets_slo": goodput > 0,
         "evaluations": len(evaluated_trials(study)),
@@ -128,7 +137,7 @@ def engines(study: optuna.Study, best: Any, gpus_per_node: int,
         says = deploys(parse_config(t.user_attrs["config"]), gpus_per_node, facts)
         for e in [e for e in missing if says[e] == "yes"]:
             out[e]["best_deployable"] = {"config": t.user_attrs["config"],
-                                         "goodput_rps": float(t.value or 0.0),
+                                         "goodput_rps": trial_goodput(t),
                                          "trial": t.number}
             missing.remove(e)
     return out
@@ -161,9 +170,11 @@ def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
         target = build_target(tuner.recipe, cfg, summary["goodput_rps"], tuner.recipe_sha256,
                               tuner.simulation.profile)
         how = " (measured by the engine: --recheck)" if summary.get("recheck") else ""
+        cost = cost_line(cost_fields(tuner.recipe.cluster, cfg, summary["goodput_rps"]))
         header = (f"# Best deployment found by `hastune tune` for recipe {tuner.recipe.name}:\n"
                   f"# P{tuner.recipe.slo.percentile:g} goodput{how} {summary['goodput_rps']:.3f} "
-                  f"req/s on {cfg.gpus} GPUs (sampler {tuner.opts.sampler}, seed "
+                  f"req/s on {cfg.gpus} GPUs{f' ({cost})' if cost else ''} (objective "
+                  f"{tuner.recipe.objective}, sampler {tuner.opts.sampler}, seed "
                   f"{tuner.seed}). Simulate it: hastune evaluate RECIPE --config this-file;\n"
                   f"# deploy it: hastune export this-file --engine vllm|sglang|dynamo "
                   f"(`target:` says what it is for)\n")
@@ -240,7 +251,8 @@ def write_plots(out: Path, summary: dict[str, Any], final: GoodputResult | None,
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(range(1, len(conv) + 1), conv, marker=".")
     ax.set_xlabel("evaluations")
-    ax.set_ylabel("best P90 goodput (req/s)")
+    ax.set_ylabel("best P90 goodput per dollar" if tuner.objective.per_cost
+                  else "best P90 goodput (req/s)")
     ax.set_title(f"{tuner.recipe.name}: {tuner.opts.sampler}")
     ax.grid(alpha=0.3)
     paths.append(out / "convergence.png")

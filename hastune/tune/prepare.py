@@ -29,9 +29,15 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
     trial (or reads its goodput back), `record_many` several at once (in parallel where the
     command has processes); `done()` the keys evaluated so far."""
     opts = tuner.opts
+    # the objective's units: bounds and the lower bound in req/s, or (goodput per dollar)
+    # requests per dollar, each configuration's bound scaled by its cost (prune's `scale`)
+    obj = tuner.objective
+    scale = obj.scale if obj.per_cost else None
+    lb_key = "lower_bound_per_dollar" if obj.per_cost else "lower_bound_rps"
     cands: list[tuple[float, Config]] = []
     report: dict[str, Any] = {"total": 0, "kept": 0, "rules": dict.fromkeys(RULES, 0),
-                              "lower_bound_rps": 0.0, "pruned": opts.prune}
+                              lb_key: 0.0, "pruned": opts.prune,
+                              **({"objective": obj.name} if obj.per_cost else {})}
     # several architectures share one lower bound: a goodput any of them reached bounds the
     # optimum of all (splitting probe_top between them was tried: no better)
     for space in tuner.spaces.values():
@@ -39,14 +45,15 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
             rep = prune(tuner.recipe, tuner.simulation.profile, tuner.simulation.requests, space,
                         evaluate=record, evaluate_many=record_many,
                         probe_top=opts.probe_top, margin=tuner.margin,
-                        lower_bound=report["lower_bound_rps"],
+                        lower_bound=report[lb_key],
                         runnable=None if tuner.evaluator is tuner.simulation else tuner.runnable,
-                        deployable=tuner.deployable if opts.target else None)
-            cands += [(c.bound, c.config) for c in rep.kept]
+                        deployable=tuner.deployable if opts.target else None, scale=scale)
+            cands += [(c.bound * (scale(c.config) if scale else 1.0), c.config)
+                      for c in rep.kept]
             for r, n in rep.removed.items():
                 report["rules"][r] += n
             report["total"] += rep.total
-            report["lower_bound_rps"] = max(report["lower_bound_rps"], rep.lower_bound)
+            report[lb_key] = max(report[lb_key], rep.lower_bound)
         else:
             for c in space.configs(tuner.recipe.cluster.gpus):
                 report["total"] += 1
@@ -60,7 +67,7 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
                     report["rules"]["memory"] += 1
     if opts.prune:
         # the final lower bound also applies to the spaces pruned before it was reached
-        lb = report["lower_bound_rps"]
+        lb = report[lb_key]
         probed = done()
         keep = [(b, c) for b, c in cands
                 if keeps(tuner.recipe, b, tuner.margin, lb) or trial_key(c) in probed]

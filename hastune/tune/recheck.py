@@ -147,6 +147,10 @@ def check_recipe(recipe: Recipe, k: int, rounds: int, evaluator: str,
                          "give how many measuring rounds --recheck may run, e.g. 3")
     if k == 0:
         return
+    if recipe.objective != "goodput":
+        raise InputError(recipe.path, "objective", f"--recheck ranks and answers by measured "
+                         f"goodput; objective {recipe.objective} is not rechecked yet",
+                         "drop --recheck, or tune with objective: goodput")
     if evaluator != "sim" or engine is not None:
         raise InputError(None, "--recheck", "with --evaluator real every trial is measured "
                          "already", "drop --recheck, or search with the simulator "

@@ -26,6 +26,7 @@ import optuna
 
 from hastune import archs, interrupt
 from hastune.config import AnyConfig, parse_config, trial_key
+from hastune.cost import Objective, cost_fields
 from hastune.errors import InputError
 from hastune.evaluators import Evaluator, EvaluatorOptions, make_evaluator
 from hastune.evaluators.sim import Evaluation
@@ -93,6 +94,14 @@ def evaluated_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
             if t.user_attrs.get("evaluated")]
 
 
+def trial_goodput(t: optuna.trial.FrozenTrial) -> float:
+    """An evaluated trial's goodput (req/s). Its value is the recipe's objective: the goodput
+    itself, or (goodput_per_dollar) goodput × 3600 / cost, with the goodput in `goodput_rps`
+    (trials recorded before objectives existed have only the value: their goodput)."""
+    g = t.user_attrs.get("goodput_rps")
+    return float(g if g is not None else (t.value or 0.0))
+
+
 @dataclass
 class Prepared:
     survivors: list[dict]          # ranked by bound, best first
@@ -110,6 +119,7 @@ class Tuner:
     def __init__(self, recipe: Recipe, opts: TuneOptions, evaluator: Evaluator | None = None):
         """`evaluator`: what measures each trial (default: `opts.evaluator` from the registry,
         hastune.evaluators); pruning always works from the recipe's profile."""
+        recipe.check_one_type()  # before any work: pools on several GPU types, not yet
         opts.workers = resolve_workers(opts.workers, opts.evaluator)
         if opts.backend == "ray" and opts.workers > 1 and not (
                 opts.ray_address or os.environ.get("RAY_ADDRESS")):
@@ -152,6 +162,7 @@ class Tuner:
             check_out(Path(opts.out))
         self.recipe = recipe
         self.opts = opts
+        self.objective = Objective(recipe)  # what the study's values are
         self.reaper = Reaper()
         self.seed = recipe.seed if opts.seed is None else opts.seed
         # how a pool process makes its own evaluator (None: the one given, in this process)
@@ -185,7 +196,7 @@ class Tuner:
         self.prepared: Prepared | None = None
         self.recipe_sha256 = recipe_sha256(recipe, self.simulation.profile)
         self.history: list[dict] = []  # the settings the study was searched with
-        self.kept: tuple[float, int, Any] | None = None  # (goodput, trial, search): the best
+        self.kept: tuple[float, int, Any] | None = None  # (value, trial, search): the best
         self.stop_reason: str | None = None  # why the search stopped (the summary says)
         self.evaluations: Inline | Processes | None = None  # this command's (run_workers)
 
@@ -263,11 +274,13 @@ class Tuner:
         return self.prepared
 
     def _prepare_once(self, study: optuna.Study, on_trial) -> None:
+        # pruning works in goodput: the study's values (the objective's) converted back
         def record(cfg: Config) -> float:
-            return self._record(study, cfg, on_trial)
+            return self.objective.goodput(cfg, self._record(study, cfg, on_trial))
 
         def record_many(cfgs: list[Config]) -> list[float]:
-            return self._record_many(study, cfgs, on_trial)
+            return [self.objective.goodput(c, v)
+                    for c, v in zip(cfgs, self._record_many(study, cfgs, on_trial))]
 
         def done() -> set[str]:
             return set(census(study).evaluated)
@@ -389,12 +402,16 @@ class Tuner:
     def tell(self, study: optuna.Study, trial: optuna.Trial, cfg: Config, out: Outcome,
              on_trial: Callable[[optuna.trial.FrozenTrial], None] | None,
              source: str = "sampler") -> float:
-        """Record one evaluation as its trial's result; keep its search when it is the best
-        of this command so far (the summary reads it instead of searching again)."""
+        """Record one evaluation as its trial's result — the value of the recipe's objective
+        (hastune.cost.Objective), the goodput beside it — and keep its search when it is the
+        best of this command so far (the summary reads it instead of searching again).
+        Returns the value."""
+        value = self.objective.value(cfg, out.goodput_rps)
         attrs = {
             "config": json.loads(trial_key(cfg)), "key": trial_key(cfg), "evaluated": True,
             "source": source, "probes": out.probes, "early_stopped": out.early_stopped,
-            "wall_s": out.wall_s, "gpus": cfg.gpus,
+            "wall_s": out.wall_s, "gpus": cfg.gpus, "goodput_rps": out.goodput_rps,
+            **cost_fields(self.recipe.cluster, cfg, out.goodput_rps),
         }
         if out.pid and out.pid != os.getpid():
             attrs["evaluated_by"] = out.pid
@@ -404,7 +421,7 @@ class Tuner:
             for k, v in attrs.items():
                 trial.set_user_attr(k, v)
             trial.set_constraint(CONSTRAINT, 0.0)
-            told = finish(study, trial, out.goodput_rps)
+            told = finish(study, trial, value)
         except optuna.exceptions.UpdateFinishedTrialError:
             told = False
         except storage_errors() as exc:
@@ -418,12 +435,12 @@ class Tuner:
                         "dead); its result is not recorded", trial.number)
         else:
             if out.result is not None and not out.early_stopped and (
-                    self.kept is None or out.goodput_rps > self.kept[0]):
-                self.kept = (out.goodput_rps, trial.number, out.result)
+                    self.kept is None or value > self.kept[0]):
+                self.kept = (value, trial.number, out.result)
             if on_trial:
                 on_trial(_frozen(study, trial.number))
         interrupt.check()  # a Ctrl-C dropped during the evaluation: stop, its result kept
-        return out.goodput_rps
+        return value
 
     def final(self, number: int, cfg: Config):
         """The best trial's goodput search: the one this command kept, or (evaluated by an

@@ -91,9 +91,11 @@ class Search:
                     continue
                 c = census(self.study)
                 if patience and since >= patience:
+                    obj = self.tuner.objective
                     self.tuner.stop_reason = (
-                        f"patience: the best goodput ({best:.4g} req/s) did not rise in the "
-                        f"last {since} evaluations (--patience {patience})")
+                        f"patience: the best {obj.name.replace('_', ' ')} ({best:.4g} "
+                        f"{obj.unit}) did not rise in the last {since} evaluations "
+                        f"(--patience {patience})")
                     return
                 if c.n_evaluated >= target or len(c.evaluated) >= len(self.prep.allowed):
                     self.tuner.stop_reason = (
@@ -169,9 +171,10 @@ class Search:
                 self.idle += 1
                 self._nearest(cfg, taken | {key})
             return None
-        best = max(c.evaluated.values(), default=0.0)
+        best = max(c.evaluated.values(), default=0.0)  # the objective's best value
         self.idle = 0
-        return trial, cfg, best if best > 0 else None
+        # the goodput `cfg` must beat to beat it (per dollar: best × cost(cfg) / 3600)
+        return trial, cfg, self.tuner.objective.goodput(cfg, best) if best > 0 else None
 
     def _nearest(self, cfg: Config, taken: set[str]) -> None:
         """The sampler asked for a configuration that teaches nothing new (evaluated already,

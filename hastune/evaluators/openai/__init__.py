@@ -111,6 +111,7 @@ class OpenAIEvaluation(Probing):
 
     def __init__(self, recipe: Recipe, options: OpenAIOptions | None = None,
                  requests: int | None = None, seed: int | None = None):
+        recipe.check_one_type()  # pools on several GPU types: not yet
         self.recipe = recipe
         self.opts = options or OpenAIOptions()
         if self.opts.engine not in ENGINES:
