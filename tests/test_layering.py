@@ -54,6 +54,8 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     (3, "runners.engine", ("runners.engine",)),
     # measuring a real model on a real device (uses runners.model and runners.device)
     (4, "hastune.calibrate", ("hastune.calibrate",)),
+    # EAServe's runtime over real engine servers (the policies, the engine's admission gate)
+    (4, "runners.gateway", ("runners.gateway",)),
     # evaluators: goodput of a config by simulation or on the engine, and pruning's bounds
     (5, "hastune evaluators", ("hastune.evaluators", "hastune.prune")),
     # the tuner (HAS: pruning + Bayesian optimisation) and planning on it (fewest GPUs)
@@ -70,7 +72,7 @@ FORBIDDEN: list[tuple[str, str, str]] = [
     *[(low, high, "a lower layer imports the tuner or the CLI")
       for low in ("hastune core", "hastune.export", "hastune.policies", "hastune.sim",
                   "hastune.calibrate", "hastune evaluators", "runners.device",
-                  "runners.model", "runners.engine")
+                  "runners.model", "runners.engine", "runners.gateway")
       for high in ("hastune.cli", "hastune.tune")],
     *[(r, h, "runners run deployments; they do not simulate, calibrate or tune")
       for r in ("runners.device", "runners.model", "runners.engine")
