@@ -249,5 +249,25 @@ class Cluster(BaseModel):
                        intra_node=t.intra_node or self.intra_node, inter_node=self.inter_node,
                        price_per_gpu_hour=t.price_per_gpu_hour)
 
+    def node_layout(self, pools: list[tuple[str, int]]) -> tuple[list[int], int]:
+        """Pools on several GPU types, laid out as a simulator numbers its GPUs (pool after
+        pool, `pools`: (type, GPUs) in that order): each GPU's id in a numbering where every
+        node of every type has `per_node` slots (the largest gpus_per_node), so GPU // per_node
+        is its node — each type on nodes of its own, filled in order — and per_node."""
+        per_node = max(t.gpus_per_node for t in self.types)
+        first_node, nodes = {}, 0
+        for t in self.types:
+            first_node[t.gpu] = nodes
+            nodes += t.nodes
+        used: dict[str, int] = {}
+        out = []
+        for gpu, n in pools:
+            gpn = next(t.gpus_per_node for t in self.types if t.gpu == gpu)
+            for _ in range(n):
+                k = used.get(gpu, 0)
+                used[gpu] = k + 1
+                out.append((first_node[gpu] + k // gpn) * per_node + k % gpn)
+        return out, per_node
+
     def node_of(self, gpu_index: int) -> int:
         return gpu_index // self.gpus_per_node

@@ -20,9 +20,9 @@ from hastune.recipe import COST_OBJECTIVES, Recipe
 
 
 def gpus_by_type(cluster: Cluster, config: Any) -> dict[str, int]:
-    """The configuration's GPUs per GPU type. Every pool is on the cluster's one type
-    until pools take a type from the inventory (issue 37, item 2): then this sums them."""
-    return {cluster.gpu: int(config.gpus)}
+    """The configuration's GPUs per GPU type: each pool's on its type (its type knob; the
+    cluster's first where it names none)."""
+    return config.gpus_by_type(cluster.gpu)
 
 
 def cost_per_hour(cluster: Cluster, config: Any) -> float | None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -222,6 +223,35 @@ class Bounds:
         return self._zero_whole
 
 
+class TypedBounds:
+    """The Bounds of a configuration by the GPU types its pools sit on: on one type, that
+    type's (its profile, its nodes: built on first use); on several, None — no bound of such
+    a mix is derived yet, so pruning keeps it unbounded (sound) and only the simulator judges
+    it. `ev`: the evaluation whose request set and per-type profiles they read."""
+
+    def __init__(self, recipe: Recipe, ev: Any):
+        self.recipe, self.ev = recipe, ev
+        self._by_type: dict[str, Bounds] = {}
+
+    def __call__(self, cfg: Config) -> Bounds | None:
+        cluster = self.recipe.cluster
+        used = {t for t, n in cfg.pool_gpus(cluster.gpu) if n}
+        if len(used) > 1:
+            return None
+        t = used.pop() if used else cluster.gpu
+        if t not in self._by_type:
+            many = len(cluster.types) > 1
+            rec = (self.recipe.model_copy(update={"cluster": cluster.only(t)}) if many
+                   else self.recipe)
+            prof = self.ev.profile_of(t) if many else self.ev.profile
+            self._by_type[t] = Bounds(rec, prof, self.ev.requests)
+        return self._by_type[t]
+
+
+UNBOUNDED = {"encode": float("inf"), "prefill": float("inf"), "decode": float("inf"),
+             "network": float("inf")}
+
+
 class _Shape:
     """Per-request bounds at one instance shape (tp, pp, ep)."""
 
@@ -301,7 +331,9 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
           lower_bound: float = 0.0,
           deployable: Callable[[Config], bool] | None = None,
           evaluate_many: Callable[[list[Config]], list[float]] | None = None,
-          scale: Callable[[Config], float] | None = None) -> PruneReport:
+          scale: Callable[[Config], float] | None = None,
+          bounds: Callable[[Config], Bounds | None] | None = None,
+          fits: Callable[[Config], bool] | None = None) -> PruneReport:
     """Apply the rules in order; `evaluate(config) → goodput` (the simulator) supplies the
     lower bound from the `probe_top` best-bounded candidates (none: capacity rule skipped;
     `evaluate_many`, given, evaluates them together: the same values).
@@ -312,10 +344,14 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
     larger of it and this space's own probes — any reached goodput bounds the optimum below.
     `scale` (an objective other than goodput: its value per req/s of a configuration's goodput,
     hastune.cost.Objective.scale): candidates are ranked and probed by bound × scale, and
-    `lower_bound` and the report's are values of that objective, not req/s."""
+    `lower_bound` and the report's are values of that objective, not req/s. `bounds` (pools
+    on several GPU types: TypedBounds) gives each configuration's Bounds, or None for one the
+    rules cannot bound: it is kept, unbounded, and not among the probes; `fits` (the same:
+    the simulator's check) removes, as structural, a configuration it cannot run (more GPUs
+    on a type than the cluster has, a TP degree a type's profile lacks)."""
     if margin is None:
         margin = derived_margin(recipe)
-    b = Bounds(recipe, profile, reqs)
+    one = Bounds(recipe, profile, reqs) if bounds is None else None
     removed = dict.fromkeys(RULES, 0)
     total = 0
     cands: list[Candidate] = []
@@ -333,11 +369,18 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
             removed["equivalent"] += 1
             continue
         seen.add(ident)
+        if fits is not None and not fits(cfg):
+            removed["structural"] += 1
+            continue
         if runnable is not None and not runnable(cfg):
             removed["engine"] += 1
             continue
         if deployable is not None and not deployable(cfg):
             removed["target"] += 1
+            continue
+        b = one if bounds is None else bounds(cfg)
+        if b is None:  # pools on several GPU types: no sound bound, so none is applied
+            cands.append(Candidate(cfg, float("inf"), dict(UNBOUNDED)))
             continue
         if not b.memory_ok(cfg):
             removed["memory"] += 1
@@ -365,7 +408,7 @@ def prune(recipe: Recipe, profile: Profile, reqs: RequestSet, space: SearchSpace
         allocs: set[tuple] = set()
         for c in cands:
             a = tuple(getattr(c.config, k) for k in space.gpu_knobs())
-            if a in allocs:
+            if a in allocs or c.bound == float("inf"):  # an unbounded one is no best bet
                 continue
             allocs.add(a)
             probed.append(c)

@@ -383,16 +383,16 @@ class Recipe(_Strict):
         return out
 
     def check_one_type(self) -> None:
-        """Refuse a cluster of several GPU types where a deployment is simulated or run:
-        pools on several types are not modelled yet (`hastune validate` checks such a
-        recipe, each type on its own)."""
+        """Refuse a cluster of several GPU types where a deployment runs on an engine (the
+        simulator takes pools on several types; an engine's trials run on this machine's
+        devices, one type)."""
         types = self.cluster.types
         if len(types) > 1:
             names = ", ".join(t.gpu for t in types)
             raise InputError(self.path, "cluster.inventory", f"it holds {len(types)} GPU "
-                             f"types ({names}); pools on several GPU types are not simulated "
-                             "yet", "keep one entry in cluster.inventory (hastune validate "
-                             "checks a recipe of several)")
+                             f"types ({names}); an engine's trials run on one",
+                             "keep one entry in cluster.inventory for --evaluator real, or "
+                             "tune it with the simulator")
 
     @property
     def architectures(self) -> list[str]:

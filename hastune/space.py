@@ -218,6 +218,17 @@ class SearchSpace(BaseModel):
         return self.model_copy(update={"params": params})
 
 
+def on_types(space: SearchSpace, types: list[str]) -> SearchSpace:
+    """`space` on a cluster of these GPU types (its first type first): with several, each
+    pool's type is a knob (the first type as null, as a config names it) and the budget is
+    at most the cluster's GPUs, not all of them (a deployment need not use every type)."""
+    if len(types) < 2:
+        return space
+    knobs = archs.get(space.architecture).config.type_knobs
+    out = space.with_knobs({k: [None, *types[1:]] for k in knobs})
+    return out.model_copy(update={"budget": "at_most"})
+
+
 def load_space(path: str | Path) -> SearchSpace:
     data = read_yaml_mapping(path, "search space")
     try:

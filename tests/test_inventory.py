@@ -160,7 +160,8 @@ def test_one_type_inventory_is_the_old_form():
     assert old.types[0].gpus == inv.types[0].gpus == 8
 
 
-def test_several_types_refused_where_simulated(tmp_path):
+def test_several_types_are_simulated_and_refused_on_an_engine(tmp_path):
+    from hastune.evaluators.engine import RealEvaluation
     from hastune.evaluators.sim import Evaluation
 
     p = tmp_path / "mixed.yaml"
@@ -168,10 +169,11 @@ def test_several_types_refused_where_simulated(tmp_path):
         {"gpu": "a100-80gb", "nodes": 1, "gpus_per_node": 2},
         {"gpu": "h100-80gb", "nodes": 1, "gpus_per_node": 2}])))
     rec = load_recipe(p)
+    assert Evaluation(rec).multi  # pools on several types: simulated
     with pytest.raises(InputError) as err:
-        Evaluation(rec)
+        RealEvaluation(rec)
     assert err.value.field == "cluster.inventory" and err.value.file == str(p)
-    assert "not simulated yet" in err.value.problem and "one entry" in err.value.fix
+    assert "an engine's trials run on one" in err.value.problem and "one entry" in err.value.fix
     from hastune.cli.validate import validate_file
 
     kind, desc = validate_file(p)  # validate checks each type on its own

@@ -44,6 +44,9 @@ class ConfigBase(BaseModel):
     kind: Literal["deployment"] = "deployment"
     name: str | None = None
     gpu_terms: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    # the knob naming each pool's GPU type (one per GPU term, in its order): an inventory
+    # entry's gpu, or null for the cluster's first type (hastune.cluster)
+    type_knobs: ClassVar[tuple[str, ...]] = ()
     # knobs added since the architecture's first release, left out of a dump while at their
     # default: a config that does not use them dumps, keys and hashes as before
     since: ClassVar[tuple[str, ...]] = ()
@@ -61,6 +64,26 @@ class ConfigBase(BaseModel):
                 prod *= int(getattr(self, k))
             total += prod
         return total
+
+    def pool_gpus(self, default: str) -> list[tuple[str, int]]:
+        """(GPU type, GPUs) of each pool, in the order of `gpu_terms` (the order a simulator
+        lays its GPUs out in); a type left null is `default`, the cluster's first."""
+        out = []
+        for i, term in enumerate(self.gpu_terms):
+            prod = 1
+            for k in term:
+                prod *= int(getattr(self, k))
+            t = getattr(self, self.type_knobs[i]) if self.type_knobs else None
+            out.append((t or default, prod))
+        return out
+
+    def gpus_by_type(self, default: str) -> dict[str, int]:
+        """GPUs per GPU type (a pool without GPUs counts for none)."""
+        out: dict[str, int] = {}
+        for t, n in self.pool_gpus(default):
+            if n:
+                out[t] = out.get(t, 0) + n
+        return out
 
     @property
     def largest_gpu_knob(self) -> str | None:
@@ -100,6 +123,13 @@ class Parallel(BaseModel):
     @property
     def instance_gpus(self) -> int:
         return self.tp * self.pp
+
+
+def pool_gpu(pool: str) -> Any:
+    """The field of one pool's GPU type: an entry of the cluster's inventory, or null for its
+    first type (a cluster of one type: always null)."""
+    return Field(default=None, min_length=1, max_length=100, description=f"GPU type of the "
+                 f"{pool} (an entry of cluster.inventory; null: the first type of the cluster)")
 
 
 def ep_needs_tp(on: bool, info: ValidationInfo, prefix: str) -> bool:
@@ -196,12 +226,25 @@ class Architecture:
 
     # -- simulation -----------------------------------------------------------------------
     def simulator(self, profile: Profile, cluster: Cluster, config: Any, warmup: float,
-                  slo: Any) -> Simulator:
+                  slo: Any, **mixed: Any) -> Simulator:
+        """`mixed` (pools on several GPU types, only where `pool_names` has several pools):
+        `pools`, each pool's profile by its name, and `layout` (Cluster.node_layout)."""
         module, name = self.simulator_class.split(":")
         cls = getattr(importlib.import_module(module), name)  # named, not imported: layers
         if self.simulator_reads_slo:
-            return cls(profile, cluster, config, warmup=warmup, slo=slo)
-        return cls(profile, cluster, config, warmup=warmup)
+            return cls(profile, cluster, config, warmup=warmup, slo=slo, **mixed)
+        return cls(profile, cluster, config, warmup=warmup, **mixed)
+
+    # the name the simulator knows each pool by, one per GPU term (pools on several GPU
+    # types: its `pools` argument); empty: one pool, always on one type
+    pool_names: ClassVar[tuple[str, ...]] = ()
+
+    def check_mixed(self, cfg: Any, path: str | Path | None) -> None:
+        """Refuse a config whose pools sit on several GPU types where this architecture
+        cannot run them so (named by field)."""
+        if not self.pool_names:
+            raise InputError(path, self.config.type_knobs[0], f"{self.name} runs one pool",
+                             "give it one GPU type")
 
     def shapes(self, cfg: Any) -> list[Shape]:
         """The kinds of model instance `cfg` runs."""
@@ -212,8 +255,9 @@ class Architecture:
         every instance's TP degree must be in the profile and inside a node, its expert
         parallelism in the profile (a MoE model's), and its weights must leave room for KV
         cache."""
-        cluster = ev.recipe.cluster
         for sh in self.shapes(cfg):
+            ev = ev.pool_view(cfg, f"{sh.prefix}gpu")  # the pool's GPU type: profile, nodes
+            cluster = ev.recipe.cluster
             if sh.tp not in ev.profile.tp_degrees:
                 raise InputError(path, f"{sh.prefix}tp",
                                  f"the profile {ev.profile.name} has no tensor-parallel "
@@ -243,7 +287,7 @@ class Architecture:
     def decode_timing(self, ev: Evaluation, cfg: Any) -> tuple[DecodeSpec, float]:
         """The decode step form and KV capacity (tokens) of one decode instance."""
         sh = self.shapes(cfg)[-1]
-        tm = ev.instance_timing(sh.tp, sh.pp, ep=sh.ep)
+        tm = ev.pool_view(cfg, f"{sh.prefix}gpu").instance_timing(sh.tp, sh.pp, ep=sh.ep)
         return tm.decode, tm.kv_cap_text
 
     # -- pruning (hastune.prune) ----------------------------------------------------------

@@ -53,7 +53,7 @@ class EPDConfig(PoolsConfig):
         description="a fixed encoder SM share f for every batch, the local prefill 1 − f at "
                     "all times (CUDA MPS, what the engines people run can do); null: "
                     "EAServe's split per batch within sm_budget")
-    since: ClassVar[tuple[str, ...]] = ("sm_split",)
+    since: ClassVar[tuple[str, ...]] = ("sm_split", "gpu_E", "gpu_P", "gpu_D")
 
     @field_validator("s")
     @classmethod

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import Field, model_validator
 
-from hastune.archs.base import Architecture, ConfigBase, Shape
+from hastune.archs.base import Architecture, ConfigBase, Shape, pool_gpu
 from hastune.archs.deploy import Deployment, Pool, Topology
 from hastune.errors import InputError
 
@@ -36,14 +36,19 @@ class PoolsConfig(ConfigBase):
     each config after its pool counts."""
 
     gpu_terms = (("tp_E", "n_E"), ("tp_P", "n_P"), ("tp_D", "n_D"))
+    type_knobs = ("gpu_E", "gpu_P", "gpu_D")
+    gpu_E: str | None = pool_gpu("encode pool")
+    gpu_P: str | None = pool_gpu("remote prefill pool")
+    gpu_D: str | None = pool_gpu("decode pool")
 
     @model_validator(mode="before")
     @classmethod
     def _unused_pool_tp(cls, data: Any) -> Any:
-        # without a remote pool its TP degree means nothing: one value (1), so configs that
-        # differ only there are one config
-        if isinstance(data, dict) and data.get("n_P") == 0 and data.get("tp_P", 1) != 1:
-            data = {**data, "tp_P": 1}
+        # without a remote pool its TP degree and GPU type mean nothing: one value each (1,
+        # null), so configs that differ only there are one config
+        if isinstance(data, dict) and data.get("n_P") == 0 and (
+                data.get("tp_P", 1) != 1 or data.get("gpu_P") is not None):
+            data = {**data, "tp_P": 1, "gpu_P": None}
         return data
 
 
@@ -52,6 +57,10 @@ class EncodePrefillDecode(Architecture):
     engine_mode = "disaggregated"
     simulator_class = "hastune.sim.epd:EPDSimulator"  # one simulator for the family
     simulator_reads_slo = False
+    pool_names = ("E", "P", "D")
+
+    def check_mixed(self, cfg: Any, path: str | Path | None) -> None:
+        pass  # each pool on its type: the simulator takes each pool's profile
 
     # knobs: overridden per architecture
     def batch(self, cfg: Any) -> int:
@@ -82,8 +91,9 @@ class EncodePrefillDecode(Architecture):
     def check(self, ev: Evaluation, cfg: Any, path: str | Path | None) -> None:
         """Each pool's TP degree is one the profile has and stays inside a node; its weights
         leave room for KV; closed loop is refused (the family's simulator is open loop)."""
-        prof, cluster = ev.profile, ev.recipe.cluster
         for x, _, tp in self.pools(cfg):
+            view = ev.pool_view(cfg, f"gpu_{x}")  # the pool's GPU type: its profile, nodes
+            prof, cluster = view.profile, view.recipe.cluster
             if tp not in prof.tp_degrees:
                 how = "the model does not fit one GPU: " if prof.tp > 1 and tp == 1 else ""
                 raise InputError(path, f"tp_{x}", f"{how}the profile {prof.name} has no "
@@ -110,7 +120,7 @@ class EncodePrefillDecode(Architecture):
         return float(cfg.n_D)
 
     def decode_timing(self, ev: Evaluation, cfg: Any) -> tuple[DecodeSpec, float]:
-        prof = ev.profile.for_tp(cfg.tp_D)
+        prof = ev.pool_view(cfg, "gpu_D").profile.for_tp(cfg.tp_D)
         return prof.decode, prof.memory.kv_capacity_tokens()
 
     # -- pruning ---------------------------------------------------------------------------

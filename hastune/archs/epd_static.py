@@ -6,7 +6,7 @@ first request, and the encoder has its GPU to itself (no SM sharing).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -28,6 +28,7 @@ class EPDStaticConfig(PoolsConfig):
     tp_D: int = pool_tp("decode")
     batch: int = Field(default=4, ge=1, le=256)
     timeout_ms: float = Field(default=20.0, ge=0.0)
+    since: ClassVar[tuple[str, ...]] = ("gpu_E", "gpu_P", "gpu_D")
 
 
 class EPDStatic(EncodePrefillDecode):

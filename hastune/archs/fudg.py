@@ -9,10 +9,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
-from hastune.archs.base import Architecture, ConfigBase, Shape, ep_needs_tp
+from hastune.archs.base import Architecture, ConfigBase, Shape, ep_needs_tp, pool_gpu
 from hastune.archs.deploy import Deployment, Pool, Topology
+from hastune.errors import InputError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from hastune.prune import Bounds
 
 
@@ -24,7 +27,8 @@ class FuDGConfig(ConfigBase):
 
     gpu_terms = (("prefill_tp", "prefill_pp", "prefill_instances"),
                  ("decode_tp", "decode_pp", "decode_instances"))
-    since = ("prefill_expert_parallel", "decode_expert_parallel")
+    type_knobs = ("prefill_gpu", "decode_gpu")
+    since = ("prefill_expert_parallel", "decode_expert_parallel", "prefill_gpu", "decode_gpu")
     architecture: Literal["fudg"]
     prefill_instances: int = Field(ge=1, le=1024)
     prefill_tp: int = Field(default=1, ge=1, le=64)
@@ -37,6 +41,8 @@ class FuDGConfig(ConfigBase):
         default=False, description="MoE: prefill instances hold whole experts (ep = tp)")
     decode_expert_parallel: bool = Field(
         default=False, description="MoE: decode instances hold whole experts (ep = tp)")
+    prefill_gpu: str | None = pool_gpu("prefill pool")
+    decode_gpu: str | None = pool_gpu("decode pool")
 
     @field_validator("prefill_expert_parallel", "decode_expert_parallel")
     @classmethod
@@ -59,6 +65,13 @@ class FuDG(Architecture):
     simulator_class = "hastune.sim.fudg:FuDGSimulator"
     not_runnable = "its KV cache transfer between instances is simulated only"
     ep_knobs = ("prefill_expert_parallel", "decode_expert_parallel")
+    pool_names = ("prefill", "decode")
+
+    def check_mixed(self, cfg: Any, path: str | Path | None) -> None:
+        if cfg.placement != "grouped":
+            raise InputError(path, "placement", "interleaved placement spreads both pools over "
+                             "every node, and its pools sit on different GPU types",
+                             "set placement: grouped (each pool on its type's nodes)")
 
     def shapes(self, cfg: Any) -> list[Shape]:
         # decode instances hold no encoder (multimodal requests are encoded at prefill)

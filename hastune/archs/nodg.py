@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from hastune.archs.base import ConfigBase, Parallel
+from hastune.archs.base import ConfigBase, Parallel, pool_gpu
 from hastune.archs.replicas import Colocated
 
 
@@ -23,9 +23,11 @@ class NoDGConfig(ConfigBase, Parallel):
     separate prefill-only iterations that pause decoding. Encoders run inline."""
 
     gpu_terms = (("tp", "pp", "replicas"),)
-    since = ("expert_parallel",)
+    type_knobs = ("gpu",)
+    since = ("expert_parallel", "gpu")
     architecture: Literal["nodg"]
     replicas: int = Field(ge=1, le=1024)
+    gpu: str | None = pool_gpu("replicas")
     chunk_tokens: int | None = Field(default=512, ge=64, le=65536,
                                      description="token budget per iteration (null: no chunking)")
 

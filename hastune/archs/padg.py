@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from hastune.archs.base import ConfigBase, Parallel
+from hastune.archs.base import ConfigBase, Parallel, pool_gpu
 from hastune.archs.deploy import Deployment, Topology
 from hastune.archs.replicas import Colocated
 from hastune.errors import InputError
@@ -28,9 +28,11 @@ class PaDGConfig(ConfigBase, Parallel):
     macro-instance, splitting past `n_upper`; `max_instances` bounds the GPUs it may take."""
 
     gpu_terms = (("tp", "pp", "instances"),)
-    since = ("expert_parallel",)
+    type_knobs = ("gpu",)
+    since = ("expert_parallel", "gpu")
     architecture: Literal["padg"]
     instances: int = Field(ge=1, le=1024, description="instances in service (at start)")
+    gpu: str | None = pool_gpu("instances")
     n_upper: int = Field(default=8, ge=1, description="N_u: most instances per macro-instance")
     n_lower: int = Field(default=1, ge=1, description="N_l: fewest instances per macro-instance")
     slack: Literal["mean", "min", "quantile"] = Field(

@@ -77,12 +77,14 @@ class TuneView(Progress):
 
     def trial(self, trial: Any) -> None:
         if self.lines:
-            v = trial.value or 0.0
+            from hastune.tune.runner import trial_goodput
+
             note = ("  (stopped early: below the best)" if trial.user_attrs.get("early_stopped")
                     else "")
             self.console.print(f"  #{trial.number:<4} "
                                f"{config_line(trial.user_attrs.get('config'))}"
-                               f"  → {v:8.3f} req/s{note}")
+                               f"  → {trial_goodput(trial):8.3f} req/s{_per_dollar(trial)}"
+                               f"{note}")
         self.refresh()
 
     def refresh(self) -> None:

@@ -82,8 +82,14 @@ class Evaluation:
                  requests: int | None = None, seed: int | None = None):
         check_requests(requests)
         check_seed(seed)
-        recipe.check_one_type()  # pools on several GPU types: not yet
         self.recipe = recipe
+        # several GPU types (cluster.inventory): a profile each, built or read on first use
+        self.multi = len(recipe.cluster.types) > 1
+        if self.multi and recipe.profile:
+            raise InputError(recipe.path, "profile", f"names one profile, and the cluster "
+                             f"holds {len(recipe.cluster.types)} GPU types",
+                             "remove profile: (each type gets its shipped or built one)")
+        self._views: dict[str, TypeView] = {}
         if profile is None:
             from hastune.evaluators.profile import resolve_profile
 
@@ -94,6 +100,7 @@ class Evaluation:
         if self.engine_terms is not None:  # what the engine adds to the kernels
             profile = engine_terms.apply(profile, self.engine_terms)
         self.profile = profile
+        self._profiles = {recipe.cluster.gpu: profile}  # GPU type → its profile, with terms
         # what results record about those terms (describe, caveats)
         self.terms_record = engine_terms.record(recipe.engine, profile, self.engine_terms)
         self.seed = recipe.seed if seed is None else seed
@@ -257,7 +264,56 @@ class Evaluation:
                              f"the config uses {config.gpus} GPUs ({arch.gpu_formula}) but the "
                              f"recipe's budget cluster.gpus is {cluster.gpus}",
                              "use fewer GPUs in the config or raise cluster.gpus in the recipe")
+        used = self._check_types(config, config_path)
+        if len(used) > 1:
+            arch.check_mixed(config, config_path)
         arch.check(self, config, config_path)
+
+    def _check_types(self, config: Config, path: str | Path | None) -> dict[str, int]:
+        """The config's GPUs per type; refused where it names a type the cluster lacks or
+        puts more GPUs on a type than the cluster has of it."""
+        cluster = self.recipe.cluster
+        have = [t.gpu for t in cluster.types]
+        for k in config.type_knobs:
+            t = getattr(config, k)
+            if t is not None and t not in have:
+                raise InputError(path, k, f"{t!r} is not a GPU type of the recipe's cluster",
+                                 f"use one of {', '.join(have)}, or null for {cluster.gpu}")
+        used = config.gpus_by_type(cluster.gpu)
+        for t, n in used.items():
+            cap = cluster.only(t).gpus
+            if n > cap:
+                knob = next((k for k, (g, m) in zip(config.type_knobs,
+                                                   config.pool_gpus(cluster.gpu))
+                             if g == t and m), config.largest_gpu_knob)
+                raise InputError(path, knob, f"the config puts {n} GPUs on {t}, and the "
+                                 f"cluster has {cap} of them", "use fewer GPUs of that type, "
+                                 "or another type for some pools (cluster.inventory)")
+        return used
+
+    def profile_of(self, gpu: str) -> Profile:
+        """The profile of GPU type `gpu` of the cluster (with the engine's terms for it)."""
+        if gpu not in self._profiles:
+            from hastune.evaluators.profile import resolve_profile
+
+            sub = self.recipe.model_copy(update={"cluster": self.recipe.cluster.only(gpu)})
+            prof, _ = resolve_profile(sub)
+            terms = engine_terms.for_profile(self.recipe.engine, prof)
+            self._profiles[gpu] = prof if terms is None else engine_terms.apply(prof, terms)
+        return self._profiles[gpu]
+
+    def view(self, gpu: str) -> TypeView:
+        """This evaluation on GPU type `gpu` alone: its profile, its nodes."""
+        if gpu not in self._views:
+            self._views[gpu] = TypeView(self, gpu)
+        return self._views[gpu]
+
+    def pool_view(self, config: Config, knob: str) -> Evaluation | TypeView:
+        """What times and holds the pool whose GPU type is `config`'s `knob` (one-type
+        cluster: this evaluation)."""
+        if not self.multi:
+            return self
+        return self.view(getattr(config, knob, None) or self.recipe.cluster.gpu)
 
     def check_space(self, space: SearchSpace, space_path: str | Path | None = None) -> None:
         """Refuse a search space none of whose configurations this recipe can run (e.g. one
@@ -328,8 +384,19 @@ class Evaluation:
                   config_path: str | Path | None = None) -> Simulator:
         self.check(config, config_path)
         config = engine_terms.config_defaults(config, self.engine_terms)
-        sim = archs.of(config).simulator(self.profile, self.recipe.cluster, config,
-                                         self.recipe.workload.warmup, self.recipe.slo)
+        arch, cluster = archs.of(config), self.recipe.cluster
+        pools = config.pool_gpus(cluster.gpu)
+        used = {t for t, n in pools if n}
+        if len(used) > 1:  # pools on several types: each pool's profile, each type's nodes
+            sim = arch.simulator(
+                self.profile_of(pools[0][0]), cluster, config, self.recipe.workload.warmup,
+                self.recipe.slo, pools={name: self.profile_of(t)
+                                        for name, (t, _) in zip(arch.pool_names, pools)},
+                layout=cluster.node_layout(pools))
+        else:
+            v = self.view(used.pop()) if self.multi else self
+            sim = arch.simulator(v.profile, v.recipe.cluster, config,
+                                 self.recipe.workload.warmup, self.recipe.slo)
         if not self.closed:
             slo = self.recipe.slo
             att = slo.criterion == "attainment"
@@ -380,3 +447,23 @@ class Evaluation:
         if self.closed:
             return max(1.0, round(0.5 * slots * units))
         return max(0.01, round(0.5 * per_unit * units, 3))
+
+
+class TypeView:
+    """An Evaluation on one GPU type of a cluster of several: that type's profile and a
+    cluster of its GPUs alone (what a pool on it is checked and timed with); the rest is the
+    evaluation's."""
+
+    def __init__(self, ev: Evaluation, gpu: str):
+        self.ev, self.gpu = ev, gpu
+        self.profile = ev.profile_of(gpu)
+        self.recipe = ev.recipe.model_copy(update={"cluster": ev.recipe.cluster.only(gpu)})
+
+    def instance_timing(self, tp: int, pp: int = 1, ep: int = 1) -> InstanceTiming:
+        return InstanceTiming(self.profile, tp, pp, self.recipe.cluster, ep=ep)
+
+    def pool_view(self, config: Config, knob: str) -> TypeView:
+        return self
+
+    def __getattr__(self, name: str):
+        return getattr(self.ev, name)

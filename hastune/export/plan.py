@@ -112,6 +112,13 @@ def plan(cfg: ConfigBase, gpus_per_node: int = 8, closest: bool = False) -> Plan
     p = Plan(**{f.name: getattr(dep, f.name) for f in fields(dep)},
              instances=_layout(dep.pools, gpus_per_node, dep.sm_split))
     p.nodes = 1 + max((i.node for i in p.instances), default=0)
+    types = {t for t, n in cfg.pool_gpus("") if n}
+    if len(types) > 1:
+        p.blocking.append("its pools sit on several GPU types (" + ", ".join(
+            f"{k} = {getattr(cfg, k)}" for k in cfg.type_knobs if getattr(cfg, k))
+            + "): hastune export writes one GPU type's scripts; start each pool on its "
+            "type's nodes with the flags of a one-type export of it (target.pools names "
+            "each pool's type)")
     wide = [i for i in p.instances if i.tp * i.pp > gpus_per_node]
     if wide:
         p.blocking.append(f"{wide[0].name} spans nodes (tp {wide[0].tp} x pp {wide[0].pp} > "

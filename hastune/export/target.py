@@ -65,6 +65,7 @@ class Pool(_Strict):
     tp: int = Field(default=1, ge=1)
     pp: int = Field(default=1, ge=1)
     expert_parallel: bool = False
+    gpu: str | None = Field(default=None, description="its GPU type, on a cluster of several")
 
 
 class MemoryShares(_Strict):
@@ -170,10 +171,13 @@ def config_json(recipe: Recipe) -> Path | None:
     return p / "config.json" if p.is_dir() else p
 
 
-def pools(cfg: ConfigBase) -> list[Pool]:
-    """The pools of a config, named by role, with their TP/PP."""
+def pools(cfg: ConfigBase, types: list[str] | None = None) -> list[Pool]:
+    """The pools of a config, named by role, with their TP/PP (and, on a cluster of several
+    GPU types, each one's type, `types` in the order of its GPU terms)."""
     return [Pool(role=p.role, instances=p.instances, tp=p.tp, pp=p.pp,
-                 expert_parallel=p.expert_parallel) for p in archs.of(cfg).role_pools(cfg)]
+                 expert_parallel=p.expert_parallel, gpu=t)
+            for p, t in zip(archs.of(cfg).role_pools(cfg),
+                            types or [None] * len(cfg.gpu_terms))]
 
 
 GiB = 1024.0 ** 3
@@ -208,6 +212,9 @@ def build_target(recipe: Recipe, cfg: ConfigBase, goodput_rps: float,
         ckpt = arch.llm.checkpoint_precision or "bf16"
     except InputError:
         arch, ckpt = None, "bf16"
+    used = {t for t, n in cfg.pool_gpus(recipe.cluster.gpu) if n}
+    # the GPU type it runs on (pools on several: the cluster's first, each pool's in pools)
+    on = recipe.cluster.only(used.pop()) if len(used) == 1 else recipe.cluster
     return Target(
         hastune=__version__, recipe=recipe.name, recipe_sha256=recipe_sha256,
         model=recipe.model,
@@ -215,10 +222,11 @@ def build_target(recipe: Recipe, cfg: ConfigBase, goodput_rps: float,
         model_config_sha256=sha256_file(cj) if cj is not None and cj.is_file() else None,
         hf_repo=HF_REPOS.get(recipe.model), checkpoint_precision=str(ckpt),
         architecture=hf_architecture(recipe), multimodal=multimodal(recipe),
-        gpu=recipe.cluster.gpu, gpus=cfg.gpus, gpus_per_node=recipe.cluster.gpus_per_node,
+        gpu=on.gpu, gpus=cfg.gpus, gpus_per_node=on.gpus_per_node,
         precision=precision_of(recipe, arch),
         engine=TargetEngine(name=recipe.engine.name, version=recipe.engine.version),
-        pools=pools(cfg),
+        pools=pools(cfg, [t for t, _ in cfg.pool_gpus(recipe.cluster.gpu)]
+                    if len(recipe.cluster.types) > 1 else None),
         slo=TargetSLO(ttft_s=recipe.slo.ttft_s, tpot_s=recipe.slo.tpot_s,
                       percentile=recipe.slo.percentile),
         goodput_rps=goodput_rps, goodput_per_gpu=goodput_rps / cfg.gpus if cfg.gpus else 0.0,

@@ -34,7 +34,7 @@ from hastune.sim.common import EventLoop, build_result, check_gpus, request_list
 from hastune.sim.decode import DecodeWorker
 from hastune.sim.encode import EncodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER
-from hastune.sim.network import Network
+from hastune.sim.network import Network, network
 from hastune.sim.prefill import PrefillWorker
 from hastune.sim.stoprule import StopRule
 from hastune.workload import RequestSet
@@ -59,12 +59,18 @@ class PoolTiming:
     tp: tuple[int, int, int] = (1, 1, 1)        # GPUs per encode, prefill, decode instance
     kv_local: tuple[float, int] = (0.0, 1)      # (bytes per token per link, links), E → D
     kv_remote: tuple[float, int] = (0.0, 1)     # the same, P → D
+    decode_prefill: PrefillSpec | None = None   # a decode instance's prefill (recomputation)
 
     @classmethod
-    def of(cls, profile: Profile, cfg: AnyConfig) -> PoolTiming:
+    def of(cls, profile: Profile, cfg: AnyConfig,
+           pools: dict[str, Profile] | None = None) -> PoolTiming:
+        """`pools`: each pool's profile by its letter (E, P, D) where pools sit on several
+        GPU types; otherwise every pool's is `profile`."""
         tp_E, tp_P, tp_D = cfg.tp_E, cfg.tp_P, cfg.tp_D  # type: ignore[attr-defined]
-        pe, pd = profile.for_tp(tp_E), profile.for_tp(tp_D)
-        pp = profile.for_tp(tp_P) if cfg.n_P else pe  # type: ignore[attr-defined]
+        of = pools or {}
+        pe = of.get("E", profile).for_tp(tp_E)
+        pd = of.get("D", profile).for_tp(tp_D)
+        pp = of.get("P", profile).for_tp(tp_P) if cfg.n_P else pe  # type: ignore[attr-defined]
 
         def kv(src: Profile, tp: int) -> tuple[float, int]:
             links = min(tp, tp_D)
@@ -72,7 +78,7 @@ class PoolTiming:
 
         return cls(pe.encode, pe.prefill, pp.prefill, pd.decode,
                    pd.memory.kv_capacity_tokens(), (tp_E, tp_P, tp_D), kv(pe, tp_E),
-                   kv(pp, tp_P))
+                   kv(pp, tp_P), pd.prefill)
 
 
 class EPDDecode(DecodeWorker):
@@ -113,13 +119,17 @@ class EPDSimulator:
     stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
 
     def __init__(self, profile: Profile, cluster: Cluster, config: AnyConfig,
-                 warmup: float = 0.1):
+                 warmup: float = 0.1, pools: dict[str, Profile] | None = None,
+                 layout: tuple[list[int], int] | None = None):
+        """`pools` and `layout`: pools on several GPU types — each pool's profile (by its
+        letter) and where its GPUs sit (hastune.cluster.Cluster.node_layout)."""
         check_gpus(config, cluster)
         self.profile = profile
         self.cluster = cluster
         self.config = config
         self.warmup = warmup
-        self.timing = PoolTiming.of(profile, config)
+        self.timing = PoolTiming.of(profile, config, pools)
+        self.layout = layout
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()
@@ -153,7 +163,7 @@ class _EPDRun:
         # GPUs in order: encode instances, remote prefill instances, decode instances; an
         # instance is known by its first GPU
         first_P, first_D = n_E * tp_E, n_E * tp_E + n_P * tp_P
-        self.net = Network(sim.cluster, cfg.gpus)
+        self.net = network(Network, sim.cluster, cfg.gpus, sim.layout)
         self.emb_bytes = prof.embedding_bytes_per_token
         mm_share = float((reqs.encoder_tokens > 0).mean()) if n else 0.0
         pols = [policies_for(cfg, rate * mm_share, tm.encode.curve_for) for _ in range(n_E)]
@@ -356,7 +366,7 @@ def paged_pool(prof: Profile, tm: PoolTiming, run: _EPDRun, first_D: int) -> lis
 
     cls = paged(EPDDecode)
     tp_D = tm.tp[2]
-    lat = prof.for_tp(tp_D).prefill.latency
+    lat = tm.decode_prefill.latency  # type: ignore[union-attr]
     n_D = run.sim.config.n_D  # type: ignore[attr-defined]
     dws = [cls(tm.decode, tm.decode_kv_tokens, first_D + k * tp_D, run) for k in range(n_D)]
     for d in dws:

@@ -34,6 +34,7 @@ from hastune.sim.decode import DecodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE
 from hastune.sim.instance import InstanceTiming
 from hastune.sim.links import DuplexNetwork
+from hastune.sim.network import network
 from hastune.sim.stoprule import StopRule
 from hastune.workload import RequestSet
 
@@ -73,14 +74,23 @@ class FuDGSimulator:
     stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
 
     def __init__(self, profile: Profile, cluster: Cluster, config: FuDGConfig,
-                 warmup: float = 0.1, slo: SLO | None = None):
+                 warmup: float = 0.1, slo: SLO | None = None,
+                 pools: dict[str, Profile] | None = None,
+                 layout: tuple[list[int], int] | None = None):
+        """`pools` and `layout`: the two pools on different GPU types — each pool's profile
+        ("prefill", "decode") and where its GPUs sit (Cluster.node_layout; grouped placement:
+        the prefill pool's GPUs first)."""
         check_gpus(config, cluster)
         self.profile, self.cluster, self.config, self.warmup = profile, cluster, config, warmup
+        self.layout = layout
+        of = pools or {}
         fp, fd = place(config)
-        self.ptm = [InstanceTiming(profile, config.prefill_tp, config.prefill_pp, cluster, g,
-                                   ep=config.prefill_ep) for g in fp]
-        self.dtm = [InstanceTiming(profile, config.decode_tp, config.decode_pp, cluster, g,
-                                   ep=config.decode_ep) for g in fd]
+        self.ptm = [InstanceTiming(of.get("prefill", profile), config.prefill_tp,
+                                   config.prefill_pp, cluster, g, ep=config.prefill_ep)
+                    for g in fp]
+        self.dtm = [InstanceTiming(of.get("decode", profile), config.decode_tp,
+                                   config.decode_pp, cluster, g, ep=config.decode_ep)
+                    for g in fd]
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()
@@ -108,7 +118,7 @@ class FuDGRun:
          self.rejected) = request_lists(reqs)
         loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok, self.rejected)
         self.src_of = [0] * len(reqs)  # the prefill instance of each request
-        self.net = DuplexNetwork(cluster, cfg.gpus)
+        self.net = network(DuplexNetwork, cluster, cfg.gpus, sim.layout)
         self.ptm, self.dtm = ptm, dtm = sim.ptm, sim.dtm
         self.P, self.D = P, D = len(ptm), len(dtm)
         # prefill pool

@@ -43,3 +43,36 @@ class Network:
         nic[sn] = nic[dn] = start + dur
         self.busy_s += dur
         return start + dur + self.inter_lat
+
+
+class Remapped:
+    """A network over GPUs numbered as a simulator lays them out, on pools of several GPU
+    types: each id is remapped (`ids`, hastune.cluster.Cluster.node_layout) to one whose
+    node is its type's, then sent over `net` (built for the remapped numbering)."""
+
+    __slots__ = ("net", "ids")
+
+    def __init__(self, net: Network, ids: list[int]):
+        self.net, self.ids = net, ids
+
+    def transfer(self, src: int, dst: int, nbytes: float, t: float) -> float:
+        return self.net.transfer(self.ids[src], self.ids[dst], nbytes, t)
+
+    @property
+    def bytes_moved(self) -> float:
+        return self.net.bytes_moved
+
+    @property
+    def busy_s(self) -> float:
+        return self.net.busy_s
+
+
+def network(cls: type, cluster: Cluster, n_gpus: int,
+            layout: tuple[list[int], int] | None = None) -> Network | Remapped:
+    """A `cls` network for `n_gpus` GPUs, or, given a layout of pools on several GPU types
+    (Cluster.node_layout), one remapped to it."""
+    if layout is None:
+        return cls(cluster, n_gpus)
+    ids, per_node = layout
+    virtual = cluster.model_copy(update={"gpus_per_node": per_node})
+    return Remapped(cls(virtual, max(ids) + 1), ids)

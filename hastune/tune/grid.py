@@ -10,9 +10,9 @@ from pathlib import Path
 from hastune.config import config_dict, parse_config
 from hastune.cost import Objective, cost_fields
 from hastune.evaluators.sim import Evaluation
-from hastune.prune import Bounds, prune
+from hastune.prune import TypedBounds, prune
 from hastune.recipe import load_recipe
-from hastune.space import space_for
+from hastune.space import on_types, space_for
 from hastune.tune.pool import resolve_workers
 
 _EV: Evaluation | None = None
@@ -38,19 +38,22 @@ def run_grid(recipe_path: str | Path, prune_first: bool = True,
     workers = resolve_workers(workers)
     rec = load_recipe(recipe_path)
     ev = Evaluation(rec)
-    bounds = Bounds(rec, ev.profile, ev.requests)
+    bounds = TypedBounds(rec, ev)  # per GPU type (pools on several: None)
+    fits = ev.runnable if ev.multi else None
     t0 = time.perf_counter()
     cfgs, total = [], 0
     for arch in rec.architectures:
-        space = space_for(arch, rec.path, rec.search_space, ev.profile)
-        if prune_first:
-            rep = prune(rec, ev.profile, ev.requests, space)  # analytic rules only: exhaustive
+        space = on_types(space_for(arch, rec.path, rec.search_space, ev.profile),
+                         [t.gpu for t in rec.cluster.types])
+        if prune_first:  # the analytic rules only: exhaustive
+            rep = prune(rec, ev.profile, ev.requests, space, bounds=bounds, fits=fits)
             total += rep.total
             cfgs += [c.config for c in rep.kept]
         else:
             all_ = list(space.configs(rec.cluster.gpus))
             total += len(all_)
-            cfgs += [c for c in all_ if bounds.memory_ok(c)]
+            cfgs += [c for c in all_ if (fits is None or fits(c))
+                     and ((b := bounds(c)) is None or b.memory_ok(c))]
     dicts = [config_dict(c) for c in cfgs]
     if workers > 1:
         with mp.get_context("spawn").Pool(workers, _init, (str(recipe_path),)) as pool:

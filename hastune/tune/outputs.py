@@ -168,7 +168,7 @@ def write_outputs(tuner: Tuner, study: optuna.Study, summary: dict[str, Any],
     if summary["best_config"]:
         cfg = parse_config(summary["best_config"])
         target = build_target(tuner.recipe, cfg, summary["goodput_rps"], tuner.recipe_sha256,
-                              tuner.simulation.profile)
+                              encode_profile(tuner, cfg))
         how = " (measured by the engine: --recheck)" if summary.get("recheck") else ""
         cost = cost_line(cost_fields(tuner.recipe.cluster, cfg, summary["goodput_rps"]))
         header = (f"# Best deployment found by `hastune tune` for recipe {tuner.recipe.name}:\n"
@@ -224,7 +224,7 @@ def write_deploy(out: Path, config_file: Path, cfg: Any, target: Any,
         return []
     alt_cfg = parse_config(alt["config"])
     alt_target = build_target(tuner.recipe, alt_cfg, alt["goodput_rps"], tuner.recipe_sha256,
-                              tuner.simulation.profile)
+                              encode_profile(tuner, alt_cfg))
     p = where / "config.yaml"
     where.mkdir(parents=True, exist_ok=True)
     p.write_text(f"# The best configuration {engine} can launch as tuned (trial "
@@ -289,3 +289,9 @@ def write_plots(out: Path, summary: dict[str, Any], final: GoodputResult | None,
         fig.savefig(paths[-1], dpi=100, bbox_inches="tight")
         plt.close(fig)
     return paths
+
+
+def encode_profile(tuner: Tuner, cfg: Any) -> Any:
+    """The profile of the GPU type `cfg`'s encode pool sits on (what sizes a co-resident
+    pair's memory: hastune.export.target.memory_shares)."""
+    return tuner.simulation.pool_view(cfg, "gpu_E").profile

@@ -47,7 +47,9 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
                         probe_top=opts.probe_top, margin=tuner.margin,
                         lower_bound=report[lb_key],
                         runnable=None if tuner.evaluator is tuner.simulation else tuner.runnable,
-                        deployable=tuner.deployable if opts.target else None, scale=scale)
+                        deployable=tuner.deployable if opts.target else None, scale=scale,
+                        bounds=tuner.bounds,
+                        fits=tuner.simulation.runnable if tuner.simulation.multi else None)
             cands += [(c.bound * (scale(c.config) if scale else 1.0), c.config)
                       for c in rep.kept]
             for r, n in rep.removed.items():
@@ -61,6 +63,8 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
                     report["rules"]["engine"] += 1
                 elif opts.target and not tuner.deployable(c):
                     report["rules"]["target"] += 1
+                elif tuner.simulation.multi and not tuner.simulation.runnable(c):
+                    report["rules"]["structural"] += 1
                 elif tuner.feasible(c):
                     cands.append((0.0, c))
                 else:

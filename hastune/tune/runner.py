@@ -30,9 +30,9 @@ from hastune.cost import Objective, cost_fields
 from hastune.errors import InputError
 from hastune.evaluators import Evaluator, EvaluatorOptions, make_evaluator
 from hastune.evaluators.sim import Evaluation
-from hastune.prune import Bounds, derived_margin
+from hastune.prune import TypedBounds, derived_margin
 from hastune.recipe import Recipe
-from hastune.space import SearchSpace, space_for
+from hastune.space import SearchSpace, on_types, space_for
 from hastune.tune.claims import FAIL, STALE_S, Reaper, census, claim, finish, is_memory, new_trial
 from hastune.tune.identity import check_resume, recipe_sha256, study_identity
 from hastune.tune.params import Parametrization
@@ -119,7 +119,8 @@ class Tuner:
     def __init__(self, recipe: Recipe, opts: TuneOptions, evaluator: Evaluator | None = None):
         """`evaluator`: what measures each trial (default: `opts.evaluator` from the registry,
         hastune.evaluators); pruning always works from the recipe's profile."""
-        recipe.check_one_type()  # before any work: pools on several GPU types, not yet
+        if opts.evaluator != "sim":  # an engine's trials: one GPU type
+            recipe.check_one_type()
         opts.workers = resolve_workers(opts.workers, opts.evaluator)
         if opts.backend == "ray" and opts.workers > 1 and not (
                 opts.ray_address or os.environ.get("RAY_ADDRESS")):
@@ -190,7 +191,7 @@ class Tuner:
         for space in self.spaces.values():  # before any work: each can run something
             self.simulation.check_space(space, space.source)
         self.pz = Parametrization(self.spaces, recipe.cluster.gpus)
-        self.bounds = Bounds(recipe, self.simulation.profile, self.simulation.requests)
+        self.bounds = TypedBounds(recipe, self.simulation)  # per GPU type
         self.margin = derived_margin(recipe) if opts.margin is None else opts.margin
         self.study_name = opts.study or f"{recipe.name}-{'+'.join(recipe.architectures)}"
         self.prepared: Prepared | None = None
@@ -201,10 +202,13 @@ class Tuner:
         self.evaluations: Inline | Processes | None = None  # this command's (run_workers)
 
     def _spaces(self) -> dict[str, SearchSpace]:
-        """Each architecture's space, with the knobs the target needs (target_knobs)."""
+        """Each architecture's space, with the knobs the target needs (target_knobs) and,
+        on a cluster of several GPU types, each pool's type as a knob (every type; within the
+        budget, not all of it: `at_most`)."""
         rec = self.recipe
-        return {a: space_for(a, rec.path, rec.search_space, self.simulation.profile)
-                .with_knobs(archs.get(a).target_knobs(self.opts.target))
+        types = [t.gpu for t in rec.cluster.types]
+        return {a: on_types(space_for(a, rec.path, rec.search_space, self.simulation.profile)
+                            .with_knobs(archs.get(a).target_knobs(self.opts.target)), types)
                 for a in rec.architectures}
 
     def _any_deployable(self) -> bool:
@@ -234,7 +238,8 @@ class Tuner:
         return study
 
     def feasible(self, cfg: Config) -> bool:
-        return self.bounds.memory_ok(cfg)
+        b = self.bounds(cfg)
+        return b is None or b.memory_ok(cfg)  # several types: the simulator judges it
 
     def deployable(self, cfg: Config, engine: str | None = None) -> bool:
         """Whether `engine` (default: --target) can launch `cfg` as tuned."""
