@@ -249,6 +249,14 @@ class Cluster(BaseModel):
                        intra_node=t.intra_node or self.intra_node, inter_node=self.inter_node,
                        price_per_gpu_hour=t.price_per_gpu_hour)
 
+    @property
+    def node_sizes(self) -> int | dict[str, int]:
+        """GPUs per node; on several GPU types each type's, its first first (what
+        hastune.export.plan lays a deployment out with)."""
+        if len(self.types) < 2:
+            return self.gpus_per_node
+        return {t.gpu: t.gpus_per_node for t in self.types}
+
     def node_layout(self, pools: list[tuple[str, int]]) -> tuple[list[int], int]:
         """Pools on several GPU types, laid out as a simulator numbers its GPUs (pool after
         pool, `pools`: (type, GPUs) in that order): each GPU's id in a numbering where every

@@ -26,8 +26,8 @@ def _recipes() -> list[Path]:
     out = []
     for p in sorted((ROOT / "examples").rglob("*.yaml")):
         data = yaml.safe_load(p.read_text())
-        if isinstance(data, dict) and "cluster" in data:
-            out.append(p)
+        if isinstance(data, dict) and "cluster" in data and "inventory" not in data["cluster"]:
+            out.append(p)  # the one-type form (an inventory example is new: nothing before)
     return out
 
 

@@ -48,6 +48,7 @@ class Pool:
     # on the GPUs of the encode pool's instances, one each (EAServe's co-resident local
     # prefill), not on GPUs of its own
     co_resident: bool = False
+    gpu: str | None = None  # its GPU type, on a cluster of several (None: the one type)
 
 
 @dataclass

@@ -63,7 +63,7 @@ class ExportResult:
         return out
 
 
-def blocking_for(cfg: ConfigBase, gpus_per_node: int, engine: str,
+def blocking_for(cfg: ConfigBase, gpus_per_node: int | dict[str, int], engine: str,
                  backend: str = "vllm", architecture: str | None = None,
                  multimodal: bool = False) -> list[str]:
     """Why `engine` cannot launch `cfg` as tuned — what `export` would refuse it for, without
@@ -122,7 +122,7 @@ def export(cfg: ConfigBase, target: Target, engine: str, out: str | Path,
 
     out = Path(out)
     check_model(target, engine)
-    p = plan(cfg, target.gpus_per_node, closest=closest)
+    p = plan(cfg, target.node_sizes or target.gpus_per_node, closest=closest)
     backend = backend or dynamo_backend(target.engine.name)
     _model_check(p, engine, backend, target.architecture, target.multimodal)
     if engine == "runners":

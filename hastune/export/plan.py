@@ -9,6 +9,7 @@ GPUs, nodes and ports.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, fields
 
 from hastune import archs
@@ -36,6 +37,7 @@ class Instance:
     # encode and prefill servers), in percent; None: it has its GPUs alone
     mps_percent: int | None = None
     pair: int | None = None  # a co-resident prefill server's encode instance (its index)
+    gpu_type: str | None = None  # its node's GPU type, on a cluster of several
 
     @property
     def name(self) -> str:
@@ -78,13 +80,19 @@ class Plan(Deployment):
         return ",".join(str(mine.index(g)) for g in inst.gpus)
 
 
-def _layout(pools: list[Pool], gpus_per_node: int,
+def _layout(pools: list[Pool], gpus_per_node: int | dict[str, int],
             sm_split: float | None = None) -> list[Instance]:
     """Instances in role order, each on consecutive GPUs that stay inside one node; a
     co-resident pool's instances on the encode instances' GPUs (with `sm_split`, the encode
     server's SM share, in percent for CUDA MPS; the prefill server the rest)."""
     out: list[Instance] = []
-    nxt = 0
+    sizes = gpus_per_node if isinstance(gpus_per_node, dict) else {None: gpus_per_node}
+    # each GPU type on nodes of its own, numbered type after type (a node holds one type)
+    nxt = {}  # type → its next GPU, counted over its nodes
+    first_node, n = {}, 0
+    for t in sizes:
+        first_node[t] = n
+        n += 1024  # room for any count of a type's nodes; renumbered below
     split = None if sm_split is None else max(1, min(99, round(100 * sm_split)))
     for pool in pools:
         done = sum(1 for x in out if x.role == pool.role)  # numbered on within a role
@@ -94,35 +102,52 @@ def _layout(pools: list[Pool], gpus_per_node: int,
                                     enc.gpus, enc.node, BASE_PORT[pool.role] + done + e,
                                     None if split is None else 100 - split, pair=enc.index))
             continue
+        t = pool.gpu if pool.gpu in sizes else next(iter(sizes))
+        gpn = sizes[t]
         for i in range(pool.instances):
             size = pool.tp * pool.pp
-            if nxt % gpus_per_node + size > gpus_per_node and size <= gpus_per_node:
-                nxt += gpus_per_node - nxt % gpus_per_node  # start on the next node
-            node, first = divmod(nxt, gpus_per_node)
+            at = nxt.get(t, 0)
+            if at % gpn + size > gpn and size <= gpn:
+                at += gpn - at % gpn  # start on the next node
+            node, first = divmod(at, gpn)
             mps = split if pool.role == "encode" and any(p.co_resident for p in pools) else None
             out.append(Instance(pool.role, done + i, pool.tp, pool.pp, pool.expert_parallel,
-                                tuple(range(first, first + size)), node,
-                                BASE_PORT[pool.role] + done + i, mps))
-            nxt += size
-    return out
+                                tuple(range(first, first + size)), first_node[t] + node,
+                                BASE_PORT[pool.role] + done + i, mps,
+                                gpu_type=t if len(sizes) > 1 else None))
+            nxt[t] = at + size
+    # nodes numbered 0, 1, … over the ones used, type after type
+    rank = {n: k for k, n in enumerate(sorted({x.node for x in out}))}
+    return [dataclasses.replace(x, node=rank[x.node]) for x in out]
 
 
-def plan(cfg: ConfigBase, gpus_per_node: int = 8, closest: bool = False) -> Plan:
-    dep = archs.of(cfg).deployment(cfg, gpus_per_node, closest)
+def plan(cfg: ConfigBase, gpus_per_node: int | dict[str, int] = 8,
+         closest: bool = False) -> Plan:
+    """`gpus_per_node`: GPUs per node, or on a cluster of several GPU types each type's
+    (its first type first, Cluster.node_sizes): then each pool's instances sit on its type's
+    nodes, and each node's scripts start what it holds."""
+    sizes = gpus_per_node if isinstance(gpus_per_node, dict) else None
+    one = next(iter(sizes.values())) if sizes else gpus_per_node
+    arch = archs.of(cfg)
+    dep = arch.deployment(cfg, one, closest)  # type: ignore[arg-type]
+    if sizes:  # each pool on its type: by role, as the config's GPU terms give them
+        first = next(iter(sizes))
+        of = {p.role: t for p, (t, _) in zip(arch.role_pools(cfg), cfg.pool_gpus(first))}
+        dep.pools = [dataclasses.replace(p, gpu="" if p.co_resident else of.get(p.role, first))
+                     for p in dep.pools]
     p = Plan(**{f.name: getattr(dep, f.name) for f in fields(dep)},
              instances=_layout(dep.pools, gpus_per_node, dep.sm_split))
     p.nodes = 1 + max((i.node for i in p.instances), default=0)
     types = {t for t, n in cfg.pool_gpus("") if n}
-    if len(types) > 1:
+    if len(types) > 1 and sizes is None:
         p.blocking.append("its pools sit on several GPU types (" + ", ".join(
             f"{k} = {getattr(cfg, k)}" for k in cfg.type_knobs if getattr(cfg, k))
-            + "): hastune export writes one GPU type's scripts; start each pool on its "
-            "type's nodes with the flags of a one-type export of it (target.pools names "
-            "each pool's type)")
-    wide = [i for i in p.instances if i.tp * i.pp > gpus_per_node]
+            + "), and the target names one: export it from the best_config.yaml that tune "
+            "wrote (its target: names each type's nodes)")
+    wide = [i for i in p.instances if i.tp * i.pp > (sizes or {}).get(i.gpu_type, one)]
     if wide:
         p.blocking.append(f"{wide[0].name} spans nodes (tp {wide[0].tp} x pp {wide[0].pp} > "
-                          f"{gpus_per_node} GPUs per node): start it with the engine's "
+                          f"{one} GPUs per node): start it with the engine's "
                           "multi-node options (vLLM --nnodes/--node-rank, SGLang --nnodes/"
                           "--node-rank) by hand")
     return p

@@ -52,7 +52,9 @@ def write(res: ExportResult, cfg: ConfigBase, t: Target) -> Path:
                       f"{code(t.model_label)}"
                       + (f" (sha256 of config.json {code(t.model_config_sha256[:12])}…)"
                          if t.model_config_sha256 else "")
-                      + f", {t.gpus} x {t.gpu}, {t.precision.label}; P{t.slo.percentile:g} "
+                      + (f", {t.gpus} GPUs of types {', '.join(t.node_sizes)}" if t.node_sizes
+                         else f", {t.gpus} x {t.gpu}")
+                      + f", {t.precision.label}; P{t.slo.percentile:g} "
                       f"TTFT {t.slo.ttft_s:g} s / TPOT {t.slo.tpot_s:g} s; goodput "
                       f"{t.goodput_rps:.3f} req/s ({t.goodput_per_gpu:.3f} per GPU) as "
                       "hastune evaluated it."), ""]
@@ -73,6 +75,11 @@ def write(res: ExportResult, cfg: ConfigBase, t: Target) -> Path:
         lines += ["## Instances", "", "| name | role | node | GPUs | port | command |",
                   "| --- | --- | --- | --- | --- | --- |"]
         inst = {i.name: i for i in p.instances}
+        kinds = {i.node: i.gpu_type for i in p.instances if i.gpu_type}
+        if kinds:  # pools on several GPU types: each node holds one
+            lines[-2:-2] = ["Nodes by GPU type (run launch.sh on each with its NODE_RANK): "
+                            + ", ".join(f"node {n}: {one_line(t)}"
+                                        for n, t in sorted(kinds.items())) + ".", ""]
         for c in res.commands:
             i = inst.get(c.name)
             gpus = ",".join(map(str, i.gpus)) if i else c.env.get("CUDA_VISIBLE_DEVICES", "")

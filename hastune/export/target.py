@@ -114,6 +114,9 @@ class Target(_Strict):
     slo: TargetSLO
     goodput_rps: float = Field(ge=0)
     goodput_per_gpu: float = Field(ge=0)
+    node_sizes: dict[str, int] | None = Field(
+        default=None, description="a cluster of several GPU types: each type's GPUs per node "
+        "(its first first), where export lays each pool on its type's nodes")
     memory_shares: MemoryShares | None = Field(
         default=None, description="co-resident encode and prefill servers (sm_split): their "
         "memory shares of an encode GPU")
@@ -214,7 +217,7 @@ def build_target(recipe: Recipe, cfg: ConfigBase, goodput_rps: float,
         arch, ckpt = None, "bf16"
     used = {t for t, n in cfg.pool_gpus(recipe.cluster.gpu) if n}
     # the GPU type it runs on (pools on several: the cluster's first, each pool's in pools)
-    on = recipe.cluster.only(used.pop()) if len(used) == 1 else recipe.cluster
+    on = recipe.cluster.only(next(iter(used))) if len(used) == 1 else recipe.cluster
     return Target(
         hastune=__version__, recipe=recipe.name, recipe_sha256=recipe_sha256,
         model=recipe.model,
@@ -231,6 +234,7 @@ def build_target(recipe: Recipe, cfg: ConfigBase, goodput_rps: float,
                       percentile=recipe.slo.percentile),
         goodput_rps=goodput_rps, goodput_per_gpu=goodput_rps / cfg.gpus if cfg.gpus else 0.0,
         memory_shares=memory_shares(cfg, profile),
+        node_sizes=recipe.cluster.node_sizes if len(used) > 1 else None,  # type: ignore
         **cost_fields(recipe.cluster, cfg, goodput_rps))
 
 

@@ -62,6 +62,10 @@ class Remapped:
     def bytes_moved(self) -> float:
         return self.net.bytes_moved
 
+    @bytes_moved.setter
+    def bytes_moved(self, v: float) -> None:  # the parallel shards of a TP transfer
+        self.net.bytes_moved = v
+
     @property
     def busy_s(self) -> float:
         return self.net.busy_s

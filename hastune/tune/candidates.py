@@ -28,7 +28,7 @@ COLUMNS = ["architecture", "rank", "goodput_rps", "gpus", "goodput_per_gpu", "tt
 COST_COLUMNS = ["cost_per_hour", "goodput_per_dollar"]  # where the recipe gives prices
 
 
-def deploys(cfg: Any, gpus_per_node: int, facts: tuple) -> dict[str, str]:
+def deploys(cfg: Any, gpus_per_node: int | dict[str, int], facts: tuple) -> dict[str, str]:
     """Per engine, "yes" (hastune export writes its launch files) or "no: " and why not;
     `facts`: hastune.tune.runner.model_facts."""
     from hastune.export import ENGINES, blocking_for
@@ -42,7 +42,7 @@ def deploys(cfg: Any, gpus_per_node: int, facts: tuple) -> dict[str, str]:
 
 def candidates(study: optuna.Study, slo: Any, n: int = TOP_N,
                best_at: dict[str, float] | None = None,
-               best_number: int | None = None, gpus_per_node: int = 8,
+               best_number: int | None = None, gpus_per_node: int | dict[str, int] = 8,
                facts: tuple = ("vllm", None, False)) -> list[dict[str, Any]]:
     """The top `n` distinct configurations per architecture (goodput > 0), best first by the
     study's objective, each with whether every engine can launch it (`deploys`) and, where

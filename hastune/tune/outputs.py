@@ -111,7 +111,7 @@ def summarize(tuner: Tuner, study: optuna.Study, wall_s: float,
     if final is not None and final.best_run is not None:
         out["at_goodput"] = {k: v for k, v in final.best_run.summary(rec.slo).items()
                              if k in ("ttft_p90_s", "tpot_p90_s", "attainment", "utilisation")}
-    gpn, facts = rec.cluster.gpus_per_node, tuner.model_facts
+    gpn, facts = rec.cluster.node_sizes, tuner.model_facts
     out["candidates"] = candidates(study, rec.slo, best_at=out.get("at_goodput"),
                                    best_number=bt.number if bt else None, gpus_per_node=gpn,
                                    facts=facts)

@@ -246,7 +246,7 @@ class Tuner:
         from hastune.export import blocking_for
 
         engine = engine or self.opts.target
-        return engine is None or not blocking_for(cfg, self.recipe.cluster.gpus_per_node,
+        return engine is None or not blocking_for(cfg, self.recipe.cluster.node_sizes,
                                                   engine, *self.model_facts)
 
     @cached_property
