@@ -87,66 +87,148 @@ def run(path: str | Path, models: dict[str, str] | None = None, rounds: int = RO
     card = Scorecard([Scored(c) for c in cases], {}, {})
     scored = {id(r.case): r for r in card.rows}
     tick = _ticker(progress, len(cases) * (2 + 5 * (1 + refine * (FOLDS + 1))))
+    fitter = Fitter(cases, models or {}, path, rounds, refine, prefill, tick)
     for g, members in groups.items():
-        _group(card, scored, g, members, models or {}, path, rounds, refine, tick, prefill)
+        _group(card, scored, g, members, fitter, tick)
     card.wall_s = time.perf_counter() - t0
     return card
 
 
-def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case],
-           models: dict[str, str], path: Path, rounds: int, refine: int, tick,
-           prefill: bool = False) -> None:
-    """One (engine, GPU): the first forms (at fit.START), the folds' fits and checks, the fit
-    on all."""
-    from hastune.evaluators.profile import resolve_profile
+class Fitter:
+    """The cases a fit may use, each with its profile, recipe and its engine's scheduler on
+    its GPU, and the fit itself: the linear forms (cached by case and point), the terms
+    fitted on any subset of the cases (`fitted`, cached by the subset), and the table of terms
+    a set of cases gives (`table`: per (engine, GPU), and per engine the GPU whose terms apply
+    where it has none). The one place terms are fitted: `hastune fidelity`'s scorecard and
+    `--write` (the shipped terms) and its cross-validation by model or GPU
+    (hastune.fidelity.cv) all fit through it. A case whose profile cannot be built (no model
+    config, no such TP degree) is left out, with why (`unsupported`)."""
 
-    profiles, sims = {}, {}
-    for c in members:
-        rec = recipe_for(c, models, path, rounds)
-        key = (rec.model, c.weights)
-        if key not in profiles:
-            profiles[key] = resolve_profile(rec, quiet=True)[0]
-        sims[c.line] = (profiles[key], rec)
-    mem = next(iter(profiles.values())).memory.gpu_bytes / 2**30
-    sched = et.scheduler_defaults(g[0], mem, g[1])
-    label = f"{g[0]} {g[1]}"
+    def __init__(self, cases: list[Case], models: dict[str, str], path: Path,
+                 rounds: int = ROUNDS, refine: int = REFINE, prefill: bool = False,
+                 tick=None, strict: bool = True):
+        from hastune.errors import InputError
+        from hastune.evaluators.profile import resolve_profile
 
-    def sim_of(c: Case, terms: et.EngineTerms):
-        prof, rec = sims[c.line]
+        self.refine, self.prefill = refine, prefill
+        self.tick = tick or (lambda what: True)
+        self.cases: list[Case] = []
+        self.unsupported: dict[int, str] = {}
+        self._sims: dict[int, tuple] = {}
+        self._forms: dict[tuple, F.Form] = {}
+        self._fits: dict[frozenset, np.ndarray] = {}
+        profiles: dict[tuple, object] = {}
+        for c in cases:
+            try:
+                rec = recipe_for(c, models, path, rounds)
+                key = (rec.model, c.weights, c.gpu, c.engine, rec.precision.kv_cache)
+                if key not in profiles:
+                    profiles[key] = resolve_profile(rec, quiet=True)[0]
+                prof = profiles[key]
+                prof.for_tp(c.tp)  # the TP degree the row needs (ValueError: none)
+            except (InputError, ValueError) as exc:
+                if strict:
+                    raise
+                self.unsupported[c.line] = " ".join(str(exc).split())
+                continue
+            sched = et.scheduler_defaults(c.engine, prof.memory.gpu_bytes / 2**30, c.gpu)
+            self._sims[c.line] = (prof, rec, sched)
+            self.cases.append(c)
+
+    def sched(self, c: Case) -> et.Scheduler:
+        return self._sims[c.line][2]
+
+    def terms(self, c: Case, theta) -> et.EngineTerms:
+        return F.terms(c.engine, c.gpu, self.sched(c), theta)
+
+    def sim(self, c: Case, terms: et.EngineTerms):
+        prof, rec, _ = self._sims[c.line]
         return simulate(c, prof, terms, rec), float(c.clients - 1)
 
-    def form(c: Case, at=None) -> F.Form:
-        tick(f"{label}: linear forms")
-        return F.form(lambda t: sim_of(c, t), sched, g[0], at, g[1], prefill)
+    def run(self, c: Case, theta):
+        """The case simulated with terms `theta` (fit.NAMES)."""
+        return self.sim(c, self.terms(c, theta))[0]
 
-    first = {c.line: form(c, F.START) for c in members}  # the forms every fit starts from
+    def form(self, c: Case, at=None) -> F.Form:
+        at = F.START if at is None else np.asarray(at, dtype=float)
+        key = (c.line, tuple(float(x) for x in at))
+        if key not in self._forms:
+            self.tick(f"{c.engine} {c.gpu}: linear forms")
+            self._forms[key] = F.form(lambda t: self.sim(c, t), self.sched(c), c.engine, at,
+                                      c.gpu, self.prefill)
+        return self._forms[key]
+
+    def fitted(self, rows: list[Case]) -> np.ndarray:
+        """Fit on `rows` from their first forms (at fit.START), then `refine` Gauss-Newton
+        steps: the forms of these rows again around the terms found, and a fit on those."""
+        key = frozenset(c.line for c in rows)
+        if key not in self._fits:
+            mt = np.array([c.ttft_ms for c in rows])
+            mp = np.array([c.tpot_ms for c in rows])
+            th = F.fit([self.form(c, F.START) for c in rows], mt, mp, prefill=self.prefill)
+            for _ in range(self.refine):
+                th = F.fit([self.form(c, th) for c in rows], mt, mp, start=th,
+                           prefill=self.prefill)
+            self._fits[key] = th
+        return self._fits[key]
+
+    def table(self, rows: list[Case]) -> Table:
+        """The terms these rows give: one set per (engine, GPU) of their rows, and per engine
+        the GPU whose terms apply on a GPU it has no rows on (its GPU with the most rows, as
+        hastune.engine_terms.terms_for takes engine_fitted.POOLED)."""
+        groups: dict[tuple[str, str], list[Case]] = defaultdict(list)
+        for c in rows:
+            groups[c.group].append(c)
+        pooled: dict[str, str] = {}
+        for (e, g), m in sorted(groups.items()):
+            if e not in pooled or len(m) > len(groups[(e, pooled[e])]):
+                pooled[e] = g
+        return Table({g: self.fitted(m) for g, m in sorted(groups.items())}, pooled,
+                     {g: len(m) for g, m in groups.items()},
+                     {g: max(c.clients for c in m) for g, m in groups.items()})
+
+
+@dataclass
+class Table:
+    """Fitted terms (fit.NAMES) per (engine, GPU), and per engine the GPU whose terms apply
+    where it has none (`pooled`)."""
+
+    terms: dict[tuple[str, str], np.ndarray]
+    pooled: dict[str, str]
+    rows: dict[tuple[str, str], int]
+    clients_max: dict[tuple[str, str], int]
+
+    def theta(self, c: Case) -> np.ndarray | None:
+        """The terms case `c` gets: its (engine, GPU)'s, else its engine's pooled ones, else
+        None (no rows of its engine)."""
+        if c.group in self.terms:
+            return self.terms[c.group]
+        g = self.pooled.get(c.engine)
+        return None if g is None else self.terms[(c.engine, g)]
+
+
+def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case],
+           fitter: Fitter, tick) -> None:
+    """One (engine, GPU): the first forms (at fit.START), the folds' fits and checks, the fit
+    on all."""
+    label = f"{g[0]} {g[1]}"
+    for c in members:
+        fitter.form(c, F.START)  # the forms every fit starts from
     # the kernels alone: no engine overheads and no front end (what `terms: false` leaves)
-    kernels = {c.line: sim_of(c, F.terms(g[0], g[1], sched, F.PRIOR))[0] for c in members}
-
-    def fitted(rows: list[Case]) -> np.ndarray:
-        """Fit on `rows` from their first forms, then `refine` Gauss-Newton steps: the forms
-        of these rows again around the terms found, and a fit on those."""
-        mt = np.array([c.ttft_ms for c in rows])
-        mp = np.array([c.tpot_ms for c in rows])
-        th = F.fit([first[c.line] for c in rows], mt, mp, prefill=prefill)
-        for _ in range(refine):
-            th = F.fit([form(c, th) for c in rows], mt, mp, start=th, prefill=prefill)
-        return th
-
+    kernels = {c.line: fitter.run(c, F.PRIOR) for c in members}
     folds = fold_shapes(members)
     card.folds[g] = folds
     for shapes in folds:
-        t_f = F.terms(g[0], g[1], sched, fitted([c for c in members if c.shape not in shapes]))
+        th = fitter.fitted([c for c in members if c.shape not in shapes])
         for c in (c for c in members if c.shape in shapes):
-            s = sim_of(c, t_f)[0]
+            s = fitter.run(c, th)
             r = scored[id(c)]
             r.cv_ttft, r.cv_tpot = s.ttft_ms, s.tpot_ms
             tick(f"{label}: cross-validation")
-    theta = fitted(members)
+    theta = fitter.fitted(members)
     card.terms[g] = theta
-    t_all = F.terms(g[0], g[1], sched, theta)
     for c in members:
-        s = sim_of(c, t_all)[0]
+        s = fitter.run(c, theta)
         r = scored[id(c)]
         r.fit_ttft, r.fit_tpot = s.ttft_ms, s.tpot_ms
         r.kernels_ttft, r.kernels_tpot = kernels[c.line].ttft_ms, kernels[c.line].tpot_ms
