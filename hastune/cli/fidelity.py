@@ -51,6 +51,10 @@ def fidelity(
                                   "score that one's, for each; per engine the mean over "
                                   "held-out models (GPUs) beside the in-sample fit "
                                   "(docs/fidelity.md)"),
+    share: str | None = typer.Option(None, "--share", help="with --cv: how the terms are "
+                                     "shared — gpu (a set per engine and GPU), engine (one "
+                                     "per engine), kernel (one per engine, a kernel scale per "
+                                     "GPU); default: as the shipped terms are fitted"),
 ) -> None:
     """Simulate every measured run (one aggregated instance, closed-loop clients, fixed
     lengths), fit the engine terms per (engine, GPU) with folds that leave whole isl × osl
@@ -70,7 +74,8 @@ def fidelity(
         if write or shipped:
             raise InputError(None, "--cv", "cross-validates the fit: writes nothing, scores "
                              "no shipped terms", "drop --write / --shipped")
-        _cv(measurements, cv, _models(model), engine, rows, as_json, prefill_scale, con)
+        _cv(measurements, cv, _models(model), engine, rows, as_json, prefill_scale, con,
+            share)
         return
     if shipped:
         if write or prefill_scale:
@@ -173,17 +178,20 @@ def _shipped(measurements: Path, models: dict[str, str], engine: str | None, row
 
 
 def _cv(measurements: Path, by: str, models: dict[str, str], engine: str | None, rows: bool,
-        as_json: bool, prefill: bool, con: Console) -> None:
+        as_json: bool, prefill: bool, con: Console, share: str | None = None) -> None:
     """`--cv model|gpu`: per engine the held-out figures (each model or GPU held out in
     turn) and the in-sample fit's; exit 4 when an engine with ≥ cv.MIN_ROWS rows misses the
     bar on the held-out figures."""
-    from hastune.fidelity import cv
+    from hastune.fidelity import cv, score
 
     cv.key_of(by)  # refuses an unknown one before anything runs
+    if share is not None and share not in score.SHARES:
+        raise InputError(None, "--share", f"unknown {share!r}",
+                         f"use one of {', '.join(score.SHARES)}")
     with _bar(con, as_json) as progress:
         res = cv.run(measurements, by, models,
                      only=(lambda c: c.engine == engine) if engine else None,
-                     progress=progress, prefill=prefill)
+                     progress=progress, prefill=prefill, share=share)
     code = EXIT_GATE if not all(res["passes"].values()) else 0
     res["exit_code"] = code
     if not rows:
@@ -192,7 +200,7 @@ def _cv(measurements: Path, by: str, models: dict[str, str], engine: str | None,
         print(dumps(res))
     else:
         out = Console(highlight=False)
-        t = Table(title=f"leave-one-{by}-out on {measurements}: {res['rows']} of "
+        t = Table(title=f"leave-one-{by}-out ({res['share']}) on {measurements}: {res['rows']} of "
                   f"{res['agg_rows']} aggregated rows simulated; the mean over held-out {by}s "
                   "of median |error| / bias, %")
         for c in ("engine", by, "rows", "TTFT held out", "TPOT held out", "TTFT in-sample",

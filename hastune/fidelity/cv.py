@@ -46,17 +46,18 @@ def key_of(by: str) -> Callable[[Case], str]:
 def run(path: str | Path, by: str = "model", models: dict[str, str] | None = None,
         only: Callable[[Case], bool] | None = None,
         progress: Callable[[str, int, int], None] | None = None,
-        refine: int = REFINE, prefill: bool = False) -> dict[str, Any]:
+        refine: int = REFINE, prefill: bool = False, share: str | None = None
+        ) -> dict[str, Any]:
     """The cross-validation of `path`'s aggregated rows by `by` (BY): {"by", "engines":
     {engine: {"rows", by + "s": {key: {"rows", "cv", "fit"}}, "cv", "fit", "note"}},
     "passes", "folds": {key: {"engine@gpu": terms}}, "per_row", "rows", "unsupported",
     "wall_s"}. InputError when the file has fewer than two models (GPUs) to hold out."""
     with warnings.catch_warnings():  # a run with no second token: its TPOT is nan
         warnings.simplefilter("ignore", RuntimeWarning)
-        return _run(path, by, models, only, progress, refine, prefill)
+        return _run(path, by, models, only, progress, refine, prefill, share)
 
 
-def _run(path, by, models, only, progress, refine, prefill) -> dict[str, Any]:
+def _run(path, by, models, only, progress, refine, prefill, share) -> dict[str, Any]:
     t0 = time.perf_counter()
     path = Path(path)
     key = key_of(by)
@@ -68,7 +69,7 @@ def _run(path, by, models, only, progress, refine, prefill) -> dict[str, Any]:
     held = sorted({key(c) for c in cases})
     tick = _ticker(progress, len(cases) * 5 * (1 + REFINE * (len(held) + 1)))
     fitter = Fitter(cases, models or {}, path, refine=refine, prefill=prefill, tick=tick,
-                    strict=False)
+                    strict=False, share=share)
     held = sorted({key(c) for c in fitter.cases})
     if len(held) < 2:
         raise InputError(path, "--cv", f"the rows hastune can simulate hold one {by} only "
@@ -94,7 +95,7 @@ def _run(path, by, models, only, progress, refine, prefill) -> dict[str, Any]:
                 "cv_tpot_ms": cv_pred[c.line].tpot_ms if c.line in cv_pred else None,
                 "fit_ttft_ms": fit_pred[c.line].ttft_ms, "fit_tpot_ms": fit_pred[c.line].tpot_ms}
                for c in fitter.cases]
-    return {"file": str(path), "by": by, "rows": len(fitter.cases),
+    return {"file": str(path), "by": by, "share": fitter.share, "rows": len(fitter.cases),
             "agg_rows": len(cases), "unsupported": len(fitter.unsupported),
             "engines": engines, "passes": passes(engines),
             "terms": {f"{e}@{g}": dict(zip(F.NAMES, map(float, th)))

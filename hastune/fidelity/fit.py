@@ -36,7 +36,6 @@ from hastune.engine_terms import (
     EngineTerms,
     FrontEnd,
     Scheduler,
-    queued_client,
 )
 
 NAMES = ("kernel_scale", "iteration_s", "per_seq_s", "frontend_s", "frontend_per_stream_s",
@@ -89,15 +88,16 @@ def terms(engine: str, gpu: str | None, sched: Scheduler, theta, fitted_on: str 
           ) -> EngineTerms:
     k, it, seq, fe, st, pk = (float(x) for x in theta)
     fr = FrontEnd(fe, 0.0, st, FRONTEND_SPREAD.get(engine, 0.0),
-                  queued_client(engine, gpu), STREAM_TOKEN_S.get(engine, 0.0),
+                  False, STREAM_TOKEN_S.get(engine, 0.0),
                   *FRONTEND_TOKEN_S.get(engine, (0.0, 0.0)))
     return EngineTerms(engine, gpu, sched, it, seq, k, fr, fitted_on, pk)
 
 
 def shipped(engine: str, gpu: str, sched: Scheduler) -> EngineTerms:
     """The terms shipped for (engine, GPU) in hastune.engine_fitted, as `hastune fidelity`
-    simulates that group's measured runs (`terms`: its benchmark client's front end too, e.g.
-    FRONTEND_QUEUED); a term the row lacks is the prior's."""
+    simulates that group's measured runs (their benchmark client's front end, e.g. a queued
+    client, is the harness's: hastune.fidelity.run.simulate); a term the row lacks is the
+    prior's."""
     from hastune.engine_fitted import FITTED
 
     row = FITTED[(engine, gpu)]
@@ -143,6 +143,16 @@ def fit(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray,
     cache, queueing for seconds — counts like any other large miss, not quadratically).
     The prompts' scale is fitted with `prefill` (the forms must have its column), else held
     at 1."""
+    return fit_shared(forms, ttft, tpot, [0] * len(forms), start, prefill)[0]
+
+
+def fit_shared(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray, where: list[int],
+               start: list[np.ndarray] | np.ndarray | None = None,
+               prefill: bool = False) -> list[np.ndarray]:
+    """`fit` with a kernel scale of its own per class of cases (`where[i]`: case i's class,
+    0 … n − 1; a GPU) and every other term shared by all: the terms of each class
+    (the shared ones equal). `start`: one point per class, or one for all."""
+    n = max(where) + 1
     rows, offs = [], []
     for f, mt, mp in zip(forms, ttft, tpot):
         at, bt, ap, bp = f.rows()
@@ -152,7 +162,13 @@ def fit(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray,
     free = len(NAMES) if prefill else len(NAMES) - 1
     b = b + A[:, free:] @ PRIOR[free:]  # the terms held at the prior's value
     A = A[:, :free]
-    lo, hi = LOWER[:free], UPPER[:free]
+    cls = np.repeat(np.asarray(where), 2)
+    # the kernel scale's column split by class: n columns, then the shared terms
+    K = np.zeros((len(A), n))
+    K[np.arange(len(A)), cls] = A[:, 0]
+    A = np.hstack([K, A[:, 1:]])
+    lo = np.concatenate([np.full(n, LOWER[0]), LOWER[1:free]])
+    hi = np.concatenate([np.full(n, UPPER[0]), UPPER[1:free]])
     w2 = np.tile([TTFT_WEIGHT ** 2, 1.0], len(forms))  # on each case's loss
     ok = np.isfinite(A).all(axis=1) & np.isfinite(b)  # a case that cannot run (no KV): out
     A, b, w2 = A[ok], b[ok], w2[ok]
@@ -173,8 +189,14 @@ def fit(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray,
         return np.vstack([w2 * 2.0 * (root - 1.0), w2 / root, -0.5 * w2 / root ** 3])
 
     # from the point the forms were taken at (where they hold), else a neutral one
-    x0 = np.array([1.0, 1e-3, 1e-5, 0.01, 1e-3, 1.0]) if start is None else np.asarray(start)
-    x0 = np.clip(x0[:free], lo, hi) * scale
+    if start is None:
+        starts = [np.array([1.0, 1e-3, 1e-5, 0.01, 1e-3, 1.0])] * n
+    else:
+        starts = [np.asarray(start)] * n if np.ndim(start) == 1 else \
+            [np.asarray(x) for x in start]
+    x0 = np.concatenate([[s[0] for s in starts], starts[0][1:free]])
+    x0 = np.clip(x0, lo, hi) * scale
     res = least_squares(resid, x0, jac=jac, bounds=(lo * scale, hi * scale),
                         loss=loss, f_scale=HUBER, x_scale="jac", max_nfev=500)
-    return np.concatenate([res.x / scale, PRIOR[free:]])
+    x = res.x / scale
+    return [np.concatenate([[x[i]], x[n:], PRIOR[free:]]) for i in range(n)]

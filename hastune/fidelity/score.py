@@ -20,6 +20,10 @@ from hastune.fidelity.run import ROUNDS, recipe_for, simulate
 
 MIN_ROWS = 40   # the Done-when bar applies to engines with at least this many rows
 FOLDS = 4
+# How the terms are shared (Fitter.table): "gpu" — a set per (engine, GPU); "engine" — one set
+# per engine, every GPU; "kernel" — one per engine but a kernel scale per GPU
+SHARES = ("gpu", "engine", "kernel")
+SHARE = "gpu"
 REFINE = 1     # Gauss-Newton steps after the fit from the first forms (at fit.START)
 
 
@@ -77,7 +81,7 @@ def _ticker(progress: Callable[[str, int, int], None] | None, total: int):
 def run(path: str | Path, models: dict[str, str] | None = None, rounds: int = ROUNDS,
         only: Callable[[Case], bool] | None = None,
         progress: Callable[[str, int, int], None] | None = None,
-        refine: int = REFINE, prefill: bool = False) -> Scorecard:
+        refine: int = REFINE, prefill: bool = False, share: str | None = None) -> Scorecard:
     t0 = time.perf_counter()
     path = Path(path)
     cases = [c for c in read_cases(path) if only is None or only(c)]
@@ -87,7 +91,7 @@ def run(path: str | Path, models: dict[str, str] | None = None, rounds: int = RO
     card = Scorecard([Scored(c) for c in cases], {}, {})
     scored = {id(r.case): r for r in card.rows}
     tick = _ticker(progress, len(cases) * (2 + 5 * (1 + refine * (FOLDS + 1))))
-    fitter = Fitter(cases, models or {}, path, rounds, refine, prefill, tick)
+    fitter = Fitter(cases, models or {}, path, rounds, refine, prefill, tick, share=share)
     for g, members in groups.items():
         _group(card, scored, g, members, fitter, tick)
     card.wall_s = time.perf_counter() - t0
@@ -106,11 +110,14 @@ class Fitter:
 
     def __init__(self, cases: list[Case], models: dict[str, str], path: Path,
                  rounds: int = ROUNDS, refine: int = REFINE, prefill: bool = False,
-                 tick=None, strict: bool = True):
+                 tick=None, strict: bool = True, share: str | None = None):
         from hastune.errors import InputError
         from hastune.evaluators.profile import resolve_profile
 
         self.refine, self.prefill = refine, prefill
+        self.share = share or SHARE
+        if self.share not in SHARES:
+            raise ValueError(f"share must be one of {SHARES}, not {self.share!r}")
         self.tick = tick or (lambda what: True)
         self.cases: list[Case] = []
         self.unsupported: dict[int, str] = {}
@@ -161,21 +168,31 @@ class Fitter:
     def fitted(self, rows: list[Case]) -> np.ndarray:
         """Fit on `rows` from their first forms (at fit.START), then `refine` Gauss-Newton
         steps: the forms of these rows again around the terms found, and a fit on those."""
-        key = frozenset(c.line for c in rows)
+        return self.fitted_by(rows, lambda c: "")[""]
+
+    def fitted_by(self, rows: list[Case], cls: Callable[[Case], str]) -> dict[str, np.ndarray]:
+        """`fitted` with a kernel scale of its own per class of the rows (`cls`: a GPU) and
+        the other terms shared: {class: terms}."""
+        names = sorted({cls(c) for c in rows})
+        where = [names.index(cls(c)) for c in rows]
+        key = (frozenset(c.line for c in rows), tuple(where) if len(names) > 1 else ())
         if key not in self._fits:
             mt = np.array([c.ttft_ms for c in rows])
             mp = np.array([c.tpot_ms for c in rows])
-            th = F.fit([self.form(c, F.START) for c in rows], mt, mp, prefill=self.prefill)
+            ths = F.fit_shared([self.form(c, F.START) for c in rows], mt, mp, where,
+                               prefill=self.prefill)
             for _ in range(self.refine):
-                th = F.fit([self.form(c, th) for c in rows], mt, mp, start=th,
-                           prefill=self.prefill)
-            self._fits[key] = th
+                ths = F.fit_shared([self.form(c, ths[w]) for c, w in zip(rows, where)], mt, mp,
+                                   where, start=ths, prefill=self.prefill)
+            self._fits[key] = dict(zip(names, ths))
         return self._fits[key]
 
     def table(self, rows: list[Case]) -> Table:
-        """The terms these rows give: one set per (engine, GPU) of their rows, and per engine
-        the GPU whose terms apply on a GPU it has no rows on (its GPU with the most rows, as
-        hastune.engine_terms.terms_for takes engine_fitted.POOLED)."""
+        """The terms these rows give (`share`): one set per (engine, GPU) of their rows
+        ("gpu"), one per engine for all its GPUs ("engine"), or one per engine with a kernel
+        scale per GPU ("kernel"); and per engine the GPU whose terms apply on a GPU it has no
+        rows on (its GPU with the most rows, as hastune.engine_terms.terms_for takes
+        engine_fitted.POOLED)."""
         groups: dict[tuple[str, str], list[Case]] = defaultdict(list)
         for c in rows:
             groups[c.group].append(c)
@@ -183,7 +200,18 @@ class Fitter:
         for (e, g), m in sorted(groups.items()):
             if e not in pooled or len(m) > len(groups[(e, pooled[e])]):
                 pooled[e] = g
-        return Table({g: self.fitted(m) for g, m in sorted(groups.items())}, pooled,
+        if self.share == "gpu":
+            terms = {g: self.fitted(m) for g, m in sorted(groups.items())}
+        else:
+            terms = {}
+            for e in sorted(pooled):
+                mine = [c for c in rows if c.engine == e]
+                by = self.fitted_by(mine, (lambda c: c.gpu) if self.share == "kernel"
+                                    else (lambda c: ""))
+                for (e2, g) in groups:
+                    if e2 == e:
+                        terms[(e, g)] = by[g] if self.share == "kernel" else by[""]
+        return Table(dict(sorted(terms.items())), pooled,
                      {g: len(m) for g, m in groups.items()},
                      {g: max(c.clients for c in m) for g, m in groups.items()})
 

@@ -17,7 +17,6 @@ import time
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -94,9 +93,7 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
     if terms is None:
         note = ("the engine terms are off for this profile (measured on a device, or turned "
                 "off): the kernels alone")
-    else:  # the benchmark client the row was measured with, as `fidelity` simulates it
-        terms = replace(terms, frontend=replace(
-            terms.frontend, queued=et.queued_client(c.engine, c.gpu)))
+    else:  # the benchmark client the row was measured with: run.simulate sets it
         if terms.gpu != c.gpu:
             note = (f"no terms fitted on {c.gpu} for {c.engine}: the engine's pooled ones "
                     f"({terms.fitted_on or 'none'})")

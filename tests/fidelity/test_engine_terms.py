@@ -15,6 +15,8 @@ from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
 from hastune.data import SILICON_LLAMA31
 from hastune.fidelity import fit as F
+from hastune.fidelity.harness import harness
+from hastune.fidelity.rows import Case
 from hastune.model_ref import Engine
 from hastune.profile import load_profile
 from hastune.sim.frontend import stream_waits
@@ -205,10 +207,21 @@ def test_a_queued_client_counts_one_completion_gap_more(clients, osl, seed):
     done = np.sort(plain.finish)
     gap = (done[-1] - done[clients]) / (len(done) - 1 - clients)
     assert extra.mean() == pytest.approx(gap, rel=0.35)
-    # the measured runs' client (hastune.fidelity fits under it), not a recipe's
+    # the measured runs' client (hastune.fidelity fits under it), not a recipe's; keyed on
+    # the row's silicon_data_source (aiconfigurator's collection's TensorRT-LLM runs)
+    src = ("source_file=/u/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/m.csv; "
+           "silicon_concurrency=8")
+    c = Case("r", "trtllm", "", "m", "h100-80gb", "bf16", 1024, 128, 8, 1, 1.0, 1.0, 2,
+             source=src)
+    assert harness(c).queued
+    assert not harness(replace(c, engine="sglang",
+                               source=src.replace("/trtllm/", "/sglang/"))).queued
+    assert not harness(replace(c, source="source_file=2026-04-06.csv; model=M")).queued
+    assert harness(replace(c, gpu="h200-141gb")).queued  # the source, not the GPU
+    assert harness(replace(c, source="")).queued  # no such column: FRONTEND_QUEUED
+    assert not harness(replace(c, source="", gpu="h200-141gb")).queued
     sched = et.scheduler_defaults("trtllm", 80, "h100-80gb")
-    assert F.terms("trtllm", "h100-80gb", sched, F.PRIOR).frontend.queued
-    assert not F.terms("trtllm", "h200-141gb", sched, F.PRIOR).frontend.queued
+    assert not F.terms("trtllm", "h100-80gb", sched, F.PRIOR).frontend.queued
     assert not et.terms_for("trtllm", "h100-80gb", 80).frontend.queued
 
 
@@ -328,7 +341,10 @@ def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
     pt = prof.for_tp(2)
     ramp = 0.0 if want not in ("spread", "random") else (
         pt.prefill.latency(isl, isl * isl) + (osl - 1) * pt.decode.step(1, isl + osl / 2))
-    reqs = replace(et.with_frontend(sample_requests(rec.workload, rec.workload.requests, 0), t),
+    # the client the row was measured with (hastune.fidelity.harness: here, with no
+    # silicon_data_source, TensorRT-LLM on H100 is aiconfigurator's queued client)
+    tq = replace(t, frontend=replace(t.frontend, queued=harness(case).queued))
+    reqs = replace(et.with_frontend(sample_requests(rec.workload, rec.workload.requests, 0), tq),
                    ramp_s=ramp, steady=False, ramp_random=want == "random")
     cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=2, pp=1), t)
     res = NoDGSimulator(prof, rec.cluster, cfg, warmup=0.0).run(reqs, float(clients))
