@@ -153,6 +153,21 @@ def fit_shared(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray, where: lis
     0 … n − 1; a GPU) and every other term shared by all: the terms of each class
     (the shared ones equal). `start`: one point per class, or one for all."""
     n = max(where) + 1
+    if start is not None and np.ndim(start) == 2:
+        start = [start[w] for w in where]
+    per_case = fit_split(forms, ttft, tpot, {0: list(where)}, start, prefill)
+    out = [PRIOR.copy()] * n
+    for w, th in zip(where, per_case):
+        out[w] = th
+    return out
+
+
+def fit_split(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray,
+              split: dict[int, list[int]], start=None, prefill: bool = False
+              ) -> list[np.ndarray]:
+    """`fit` with the terms of the columns in `split` (a term's index in NAMES → each case's
+    class, 0 … n − 1) fitted per class, the other terms shared: each case's terms. `start`:
+    each case's point, or one for all."""
     rows, offs = [], []
     for f, mt, mp in zip(forms, ttft, tpot):
         at, bt, ap, bp = f.rows()
@@ -162,16 +177,21 @@ def fit_shared(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray, where: lis
     free = len(NAMES) if prefill else len(NAMES) - 1
     b = b + A[:, free:] @ PRIOR[free:]  # the terms held at the prior's value
     A = A[:, :free]
-    cls = np.repeat(np.asarray(where), 2)
-    # the kernel scale's column split by class: n columns, then the shared terms
-    K = np.zeros((len(A), n))
-    K[np.arange(len(A)), cls] = A[:, 0]
-    A = np.hstack([K, A[:, 1:]])
-    lo = np.concatenate([np.full(n, LOWER[0]), LOWER[1:free]])
-    hi = np.concatenate([np.full(n, UPPER[0]), UPPER[1:free]])
-    w2 = np.tile([TTFT_WEIGHT ** 2, 1.0], len(forms))  # on each case's loss
-    ok = np.isfinite(A).all(axis=1) & np.isfinite(b)  # a case that cannot run (no KV): out
-    A, b, w2 = A[ok], b[ok], w2[ok]
+    m = len(forms)
+    cls = {j: np.asarray(split.get(j, [0] * m)) for j in range(free)}
+    cols: dict[tuple[int, int], int] = {}
+    for j in range(free):
+        for k in range(int(cls[j].max()) + 1):
+            cols[(j, k)] = len(cols)
+    X = np.zeros((2 * m, len(cols)))
+    for i in range(m):
+        for j in range(free):
+            X[2 * i:2 * i + 2, cols[(j, int(cls[j][i]))]] = A[2 * i:2 * i + 2, j]
+    lo = np.array([LOWER[j] for j, _ in cols])
+    hi = np.array([UPPER[j] for j, _ in cols])
+    w2 = np.tile([TTFT_WEIGHT ** 2, 1.0], m)  # on each case's loss
+    ok = np.isfinite(X).all(axis=1) & np.isfinite(b)  # a case that cannot run (no KV): out
+    A, b, w2 = X[ok], b[ok], w2[ok]
     scale = np.maximum(np.abs(A).max(axis=0), 1e-12)  # columns of like size: θ·scale
     An = A / scale
 
@@ -189,14 +209,16 @@ def fit_shared(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray, where: lis
         return np.vstack([w2 * 2.0 * (root - 1.0), w2 / root, -0.5 * w2 / root ** 3])
 
     # from the point the forms were taken at (where they hold), else a neutral one
-    if start is None:
-        starts = [np.array([1.0, 1e-3, 1e-5, 0.01, 1e-3, 1.0])] * n
-    else:
-        starts = [np.asarray(start)] * n if np.ndim(start) == 1 else \
-            [np.asarray(x) for x in start]
-    x0 = np.concatenate([[s[0] for s in starts], starts[0][1:free]])
+    neutral = np.array([1.0, 1e-3, 1e-5, 0.01, 1e-3, 1.0])
+    starts = [neutral] * m if start is None else \
+        [np.asarray(start)] * m if np.ndim(start) == 1 else [np.asarray(x) for x in start]
+    x0 = np.zeros(len(cols))
+    for (j, k), c in cols.items():  # the first case of the class's point
+        i = next((i for i in range(m) if cls[j][i] == k), 0)
+        x0[c] = starts[i][j]
     x0 = np.clip(x0, lo, hi) * scale
     res = least_squares(resid, x0, jac=jac, bounds=(lo * scale, hi * scale),
                         loss=loss, f_scale=HUBER, x_scale="jac", max_nfev=500)
     x = res.x / scale
-    return [np.concatenate([[x[i]], x[n:], PRIOR[free:]]) for i in range(n)]
+    return [np.concatenate([[x[cols[(j, int(cls[j][i]))]] for j in range(free)],
+                            PRIOR[free:]]) for i in range(m)]

@@ -91,6 +91,20 @@ def inferencex(case: Case) -> bool:
     return bool(_INFERENCEX.match(case.id))
 
 
+def client(case: Case) -> str:
+    """The benchmark client a run was measured with, by its silicon_data_source:
+    "inferencex" (a dated export of InferenceX's results), "aiconfigurator" (its own
+    collection: a path or its gap-analysis files), "db-dump" (a dump of a results database,
+    "db-dump/…"), or "other"; in a file without the column, "inferencex" by a dated id, else
+    "aiconfigurator" (silicon_llama31.csv's other rows)."""
+    if inferencex(case):
+        return "inferencex"
+    src = case.source
+    if not src or "gap-analysis" in src or "aic-auto-gap" in src:
+        return "aiconfigurator"
+    return "db-dump" if src.startswith("db-dump") else "other"
+
+
 def queued(case: Case) -> bool:
     """Whether `case`'s client counts one completion gap more (Harness.queued): a run of
     aiconfigurator's collection on TensorRT-LLM, by its silicon_data_source; in a file

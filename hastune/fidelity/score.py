@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +21,11 @@ from hastune.fidelity.run import ROUNDS, recipe_for, simulate
 MIN_ROWS = 40   # the Done-when bar applies to engines with at least this many rows
 FOLDS = 4
 # How the terms are shared (Fitter.table): "gpu" — a set per (engine, GPU); "engine" — one set
-# per engine, every GPU; "kernel" — one per engine but a kernel scale per GPU
-SHARES = ("gpu", "engine", "kernel")
+# per engine, every GPU; "kernel" — one per engine but a kernel scale per GPU; "client" — one
+# per engine but the front end's fixed part per benchmark client (harness.client) over every
+# engine; "client-kernel" — that, with a kernel scale per (engine, GPU); "clients",
+# "clients-kernel" — those, with the wait per request in flight per client too
+SHARES = ("gpu", "engine", "kernel", "client", "client-kernel", "clients", "clients-kernel")
 SHARE = "gpu"
 REFINE = 1     # Gauss-Newton steps after the fit from the first forms (at fit.START)
 
@@ -187,6 +190,28 @@ class Fitter:
             self._fits[key] = dict(zip(names, ths))
         return self._fits[key]
 
+    def fitted_split(self, rows: list[Case], split: dict[int, Callable[[Case], object]]
+                     ) -> dict[int, np.ndarray]:
+        """One fit over `rows` with each term in `split` (its index in fit.NAMES → a case's
+        class) fitted per class, the rest shared, then `refine` Gauss-Newton steps: {line:
+        the row's terms}."""
+        where = {}
+        for j, f in split.items():
+            names = sorted({str(f(c)) for c in rows})
+            where[j] = [names.index(str(f(c))) for c in rows]
+        key = (frozenset(c.line for c in rows),
+               tuple(sorted((j, tuple(w)) for j, w in where.items())))
+        if key not in self._fits:
+            mt = np.array([c.ttft_ms for c in rows])
+            mp = np.array([c.tpot_ms for c in rows])
+            ths = F.fit_split([self.form(c, F.START) for c in rows], mt, mp, where,
+                              prefill=self.prefill)
+            for _ in range(self.refine):
+                ths = F.fit_split([self.form(c, t) for c, t in zip(rows, ths)], mt, mp, where,
+                                  start=ths, prefill=self.prefill)
+            self._fits[key] = {c.line: t for c, t in zip(rows, ths)}
+        return self._fits[key]
+
     def table(self, rows: list[Case]) -> Table:
         """The terms these rows give (`share`): one set per (engine, GPU) of their rows
         ("gpu"), one per engine for all its GPUs ("engine"), or one per engine with a kernel
@@ -200,8 +225,28 @@ class Fitter:
         for (e, g), m in sorted(groups.items()):
             if e not in pooled or len(m) > len(groups[(e, pooled[e])]):
                 pooled[e] = g
+        fe: dict[str, float] = {}
+        stream: dict[tuple[str, str], float] = {}
         if self.share == "gpu":
             terms = {g: self.fitted(m) for g, m in sorted(groups.items())}
+        elif self.share.startswith("client"):
+            # one joint fit: the engine's terms shared over its models (and GPUs, or a kernel
+            # scale per GPU), the front end's fixed part per benchmark client, over engines
+            from hastune.fidelity.harness import client
+
+            eng = {j: (lambda c: c.engine) for j in (1, 2, 4)}
+            eng[0] = (lambda c: c.group) if self.share.endswith("-kernel") else \
+                (lambda c: c.engine)
+            eng[3] = client
+            if self.share.startswith("clients"):
+                eng[4] = lambda c: (c.engine, client(c))
+            th = self.fitted_split(rows, eng)
+            terms = {}
+            for c in rows:
+                terms.setdefault(c.group, th[c.line])
+                fe.setdefault(client(c), float(th[c.line][3]))
+                if self.share.startswith("clients"):
+                    stream.setdefault((c.engine, client(c)), float(th[c.line][4]))
         else:
             terms = {}
             for e in sorted(pooled):
@@ -211,9 +256,16 @@ class Fitter:
                 for (e2, g) in groups:
                     if e2 == e:
                         terms[(e, g)] = by[g] if self.share == "kernel" else by[""]
+        counts: dict[str, int] = defaultdict(int)
+        if fe:
+            from hastune.fidelity.harness import client
+
+            for c in rows:
+                counts[client(c)] += 1
         return Table(dict(sorted(terms.items())), pooled,
                      {g: len(m) for g, m in groups.items()},
-                     {g: max(c.clients for c in m) for g, m in groups.items()})
+                     {g: max(c.clients for c in m) for g, m in groups.items()}, fe,
+                     max(counts, key=lambda k: counts[k]) if counts else "", stream)
 
 
 @dataclass
@@ -225,14 +277,29 @@ class Table:
     pooled: dict[str, str]
     rows: dict[tuple[str, str], int]
     clients_max: dict[tuple[str, str], int]
+    # the front end's fixed part per benchmark client (harness.client), where it is fitted
+    # per client, and the client with the most rows (whose applies to a client not fitted)
+    frontend: dict[str, float] = field(default_factory=dict)
+    most: str = ""
+    # the wait per request in flight per (engine, client), where fitted so
+    stream: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def theta(self, c: Case) -> np.ndarray | None:
         """The terms case `c` gets: its (engine, GPU)'s, else its engine's pooled ones, else
-        None (no rows of its engine)."""
+        None (no rows of its engine); the front end of its client where fitted per client."""
         if c.group in self.terms:
-            return self.terms[c.group]
-        g = self.pooled.get(c.engine)
-        return None if g is None else self.terms[(c.engine, g)]
+            th = self.terms[c.group]
+        elif c.engine in self.pooled:
+            th = self.terms[(c.engine, self.pooled[c.engine])]
+        else:
+            return None
+        if self.frontend:
+            from hastune.fidelity.harness import client
+
+            th = th.copy()
+            th[3] = self.frontend.get(client(c), self.frontend[self.most])
+            th[4] = self.stream.get((c.engine, client(c)), th[4])
+        return th
 
 
 def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case],

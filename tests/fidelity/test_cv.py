@@ -97,3 +97,28 @@ def test_an_engine_with_one_model_says_it_has_no_held_out_figure(tmp_path):
     assert t["cv"] is None and "cannot hold one out" in t["note"]
     assert all(r["cv_ttft_ms"] is None for r in res["per_row"] if r["engine"] == "trtllm")
     assert res["engines"]["vllm"]["cv"]["held_out"] == 2
+
+
+def test_a_split_fit_finds_each_classes_kernel_scale_and_one_class_is_the_plain_fit():
+    """fit.fit_split: measurements made by forms with a kernel scale per class (a GPU) and
+    the other terms shared give those scales back; with one class it is fit.fit."""
+    from hastune.fidelity import fit as F
+
+    rng = np.random.default_rng(3)
+    ks, shared = [0.7, 1.3], np.array([2e-3, 2e-5, 0.02, 1e-3, 1.0])
+    forms, where = [], []
+    for i in range(40):
+        c = int(rng.integers(1, 64))
+        ttft = np.array([rng.uniform(20, 2000), rng.uniform(500, 3000), 1000 * c, 1e3,
+                         1e3 * (c - 1), 0.0])
+        tpot = np.array([rng.uniform(3, 80), 1000.0, 1000.0 * c, 0.0, 0.0, 0.0])
+        forms.append(F.Form(ttft, tpot))
+        where.append(i % 2)
+    theta = [np.r_[ks[w], shared] for w in where]
+    mt = np.array([f.ttft @ t for f, t in zip(forms, theta)])
+    mp = np.array([f.tpot @ t for f, t in zip(forms, theta)])
+    got = F.fit_shared(forms, mt, mp, where)
+    assert [g[0] for g in got] == pytest.approx(ks, rel=0.02)
+    assert got[0][1:] == pytest.approx(got[1][1:])  # the rest shared
+    one = F.fit_split(forms, mt, mp, {})
+    assert all((t == F.fit(forms, mt, mp)).all() for t in one)
