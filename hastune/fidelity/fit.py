@@ -84,29 +84,32 @@ class Form:
                 self.tpot, self.tpot0 - self.tpot @ self.at)
 
 
-def terms(engine: str, gpu: str | None, sched: Scheduler, theta, fitted_on: str = ""
-          ) -> EngineTerms:
+def terms(engine: str, gpu: str | None, sched: Scheduler, theta, fitted_on: str = "",
+          queued: bool = False) -> EngineTerms:
+    """The engine terms of `theta` (NAMES), with the benchmark client's queueing where the
+    measured run had it (`queued`: hastune.fidelity.harness.Harness.queued)."""
     k, it, seq, fe, st, pk = (float(x) for x in theta)
     fr = FrontEnd(fe, 0.0, st, FRONTEND_SPREAD.get(engine, 0.0),
-                  False, STREAM_TOKEN_S.get(engine, 0.0),
+                  queued, STREAM_TOKEN_S.get(engine, 0.0),
                   *FRONTEND_TOKEN_S.get(engine, (0.0, 0.0)))
     return EngineTerms(engine, gpu, sched, it, seq, k, fr, fitted_on, pk)
 
 
-def shipped(engine: str, gpu: str, sched: Scheduler) -> EngineTerms:
+def shipped(engine: str, gpu: str, sched: Scheduler, case=None) -> EngineTerms:
     """The terms shipped for (engine, GPU) in hastune.engine_fitted, as `hastune fidelity`
-    simulates that group's measured runs (their benchmark client's front end, e.g. a queued
-    client, is the harness's: hastune.fidelity.run.simulate); a term the row lacks is the
-    prior's."""
+    simulates a measured run `case` of that group (its benchmark client's queueing, by
+    hastune.fidelity.harness; none without a case); a term the row lacks is the prior's."""
     from hastune.engine_fitted import FITTED
+    from hastune.fidelity.harness import harness
 
     row = FITTED[(engine, gpu)]
     theta = [row.get(n, p) for n, p in zip(NAMES, PRIOR)]
-    return terms(engine, gpu, sched, theta, row.get("fitted_on", ""))
+    return terms(engine, gpu, sched, theta, row.get("fitted_on", ""),
+                 case is not None and harness(case).queued)
 
 
 def form(sim, sched: Scheduler, engine: str, at: np.ndarray | None = None,
-         gpu: str | None = None, prefill: bool = False) -> Form:
+         gpu: str | None = None, prefill: bool = False, queued: bool = False) -> Form:
     """The linear form of one case around `at` (default the prior: the kernels alone) from
     finite differences of simulations (`sim(terms)` → (Simulated, requests in flight when one
     came)): of the kernel scale and the two iteration terms, of the prompts' scale where it
@@ -117,7 +120,7 @@ def form(sim, sched: Scheduler, engine: str, at: np.ndarray | None = None,
     at = PRIOR.copy() if at is None else np.asarray(at, dtype=float)
 
     def run(d):
-        return sim(terms(engine, gpu, sched, at + d))
+        return sim(terms(engine, gpu, sched, at + d, queued=queued))
 
     base, inflight = run(np.zeros(6))
     spread = FRONTEND_SPREAD.get(engine, 0.0) > 0  # the wait moves the schedule

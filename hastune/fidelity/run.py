@@ -155,10 +155,8 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     clients = clients or client_model(case, terms)
     if clients not in CLIENT_MODELS:
         raise ValueError(f"clients must be one of {CLIENT_MODELS}, not {clients!r}")
-    if terms is not None:  # the server flags and the client the run was measured with
-        h = harness(case)
-        terms = replace(terms, scheduler=h.scheduler(terms.scheduler),
-                        frontend=replace(terms.frontend, queued=h.queued))
+    if terms is not None:  # the server flags the run was measured with
+        terms = replace(terms, scheduler=harness(case).scheduler(terms.scheduler))
     prof = et.apply(base, terms) if terms is not None else base
     cluster: Cluster = recipe.cluster
     if case.pools is None:

@@ -15,6 +15,7 @@ import numpy as np
 
 from hastune import engine_terms as et
 from hastune.fidelity import fit as F
+from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Case, read_cases
 from hastune.fidelity.run import ROUNDS, recipe_for, simulate
 
@@ -149,7 +150,9 @@ class Fitter:
         return self._sims[c.line][2]
 
     def terms(self, c: Case, theta) -> et.EngineTerms:
-        return F.terms(c.engine, c.gpu, self.sched(c), theta)
+        """The terms `theta` as case `c` is simulated with them: its benchmark client's
+        queueing too (hastune.fidelity.harness, by its silicon_data_source)."""
+        return F.terms(c.engine, c.gpu, self.sched(c), theta, queued=harness(c).queued)
 
     def sim(self, c: Case, terms: et.EngineTerms):
         prof, rec, _ = self._sims[c.line]
@@ -165,7 +168,7 @@ class Fitter:
         if key not in self._forms:
             self.tick(f"{c.engine} {c.gpu}: linear forms")
             self._forms[key] = F.form(lambda t: self.sim(c, t), self.sched(c), c.engine, at,
-                                      c.gpu, self.prefill)
+                                      c.gpu, self.prefill, harness(c).queued)
         return self._forms[key]
 
     def fitted(self, rows: list[Case]) -> np.ndarray:
@@ -234,7 +237,7 @@ class Fitter:
             # scale per GPU), the front end's fixed part per benchmark client, over engines
             from hastune.fidelity.harness import client
 
-            eng = {j: (lambda c: c.engine) for j in (1, 2, 4)}
+            eng = {j: (lambda c: c.engine) for j in (1, 2, 4, 5)}
             eng[0] = (lambda c: c.group) if self.share.endswith("-kernel") else \
                 (lambda c: c.engine)
             eng[3] = client

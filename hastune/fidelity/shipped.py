@@ -17,6 +17,7 @@ import time
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from hastune import engine_terms as et
 from hastune.errors import InputError
+from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Row, read_rows
 from hastune.fidelity.run import recipe_for, simulate
 
@@ -93,7 +95,8 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
     if terms is None:
         note = ("the engine terms are off for this profile (measured on a device, or turned "
                 "off): the kernels alone")
-    else:  # the benchmark client the row was measured with: run.simulate sets it
+    else:  # the benchmark client the row was measured with, as `fidelity` simulates it
+        terms = replace(terms, frontend=replace(terms.frontend, queued=harness(c).queued))
         if terms.gpu != c.gpu:
             note = (f"no terms fitted on {c.gpu} for {c.engine}: the engine's pooled ones "
                     f"({terms.fitted_on or 'none'})")

@@ -221,6 +221,7 @@ def test_a_queued_client_counts_one_completion_gap_more(clients, osl, seed):
     assert harness(replace(c, source="")).queued  # no such column: FRONTEND_QUEUED
     assert not harness(replace(c, source="", gpu="h200-141gb")).queued
     sched = et.scheduler_defaults("trtllm", 80, "h100-80gb")
+    assert F.terms("trtllm", "h100-80gb", sched, F.PRIOR, queued=True).frontend.queued
     assert not F.terms("trtllm", "h100-80gb", sched, F.PRIOR).frontend.queued
     assert not et.terms_for("trtllm", "h100-80gb", 80).frontend.queued
 
@@ -341,10 +342,7 @@ def test_the_client_models_start_and_count_as_they_say(clients, isl, osl, mode):
     pt = prof.for_tp(2)
     ramp = 0.0 if want not in ("spread", "random") else (
         pt.prefill.latency(isl, isl * isl) + (osl - 1) * pt.decode.step(1, isl + osl / 2))
-    # the client the row was measured with (hastune.fidelity.harness: here, with no
-    # silicon_data_source, TensorRT-LLM on H100 is aiconfigurator's queued client)
-    tq = replace(t, frontend=replace(t.frontend, queued=harness(case).queued))
-    reqs = replace(et.with_frontend(sample_requests(rec.workload, rec.workload.requests, 0), tq),
+    reqs = replace(et.with_frontend(sample_requests(rec.workload, rec.workload.requests, 0), t),
                    ramp_s=ramp, steady=False, ramp_random=want == "random")
     cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=2, pp=1), t)
     res = NoDGSimulator(prof, rec.cluster, cfg, warmup=0.0).run(reqs, float(clients))
