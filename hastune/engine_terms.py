@@ -49,14 +49,16 @@ ENGINES = ("vllm", "sglang", "trtllm")
 # identical, deterministic clients settle in). vLLM's and TensorRT-LLM's prompts share
 # iterations with decoding, which spreads clients evenly, as measured: their waits are the mean.
 FRONTEND_SPREAD = {"sglang": 1.0}
-# How the measured runs of silicon_llama31.csv were taken, by (engine, GPU): properties of
-# their benchmark client, not of the engine, so hastune.fidelity applies them when it
-# simulates those runs (and fits the terms under them) and the terms a recipe gets do not.
-# FRONTEND_QUEUED: the TTFT counts one completion gap more (FrontEnd.queued) — the TensorRT-LLM
-# runs on H100 grow with the output length at low concurrency by (osl × TPOT) / clients, the
-# time between two completions (8B, TP 1, 8 clients: +0.99 ms per output token, TPOT / 8 =
-# 0.94 ms), as if each request waited for the next completion before it was sent
-# (benchmarks/fidelity_gap_term.py fits 1.02 gaps; on H200 0.00).
+# How measured runs were taken: properties of their benchmark client, not of the engine, so
+# hastune.fidelity applies them when it simulates those runs (and fits the terms under them)
+# and the terms a recipe gets do not. The rules key on a row's silicon_data_source
+# (hastune.fidelity.harness); FRONTEND_QUEUED, by (engine, GPU), only reads a file without
+# that column (silicon_llama31.csv, whose TensorRT-LLM H100 rows are aiconfigurator's
+# collection's). Queued: the TTFT counts one completion gap more (FrontEnd.queued) — the
+# TensorRT-LLM runs on H100 grow with the output length at low concurrency by
+# (osl × TPOT) / clients, the time between two completions (8B, TP 1, 8 clients: +0.99 ms per
+# output token, TPOT / 8 = 0.94 ms), as if each request waited for the next completion
+# before it was sent (benchmarks/fidelity_gap_term.py fits 1.02 gaps; on H200 0.00).
 FRONTEND_QUEUED = {("trtllm", "h100-80gb")}
 # The front end's time per output token it streams (FrontEnd.per_output_token_s), by engine.
 # SGLang's tokens reach the client through one Python process per instance (the tokenizer
@@ -184,12 +186,6 @@ def scheduler_defaults(engine: str, gpu_memory_gib: float, gpu: str = "") -> Sch
     if engine == "trtllm":
         return Scheduler(8192, 8192, 2048, 0.9, False)
     raise ValueError(f"unknown engine {engine!r}; one of {', '.join(ENGINES)}")
-
-
-def queued_client(engine: str, gpu: str | None) -> bool:
-    """Whether the measured runs of (engine, GPU) were taken by a client whose TTFT counts one
-    completion gap more (FRONTEND_QUEUED): how hastune.fidelity simulates them."""
-    return (engine, gpu) in FRONTEND_QUEUED
 
 
 def terms_for(engine: str, gpu: str, gpu_memory_gib: float) -> EngineTerms:

@@ -46,6 +46,15 @@ def fidelity(
                                  "deployment of its workers: each scored, or unsupported "
                                  "with why; agg and disagg summarised apart; --rows lists "
                                  "them"),
+    cv: str | None = typer.Option(None, "--cv", help="model | gpu: fit the terms (as "
+                                  "--write would) on every model's (GPU's) rows but one's and "
+                                  "score that one's, for each; per engine the mean over "
+                                  "held-out models (GPUs) beside the in-sample fit "
+                                  "(docs/fidelity.md)"),
+    share: str | None = typer.Option(None, "--share", help="with --cv: how the terms are "
+                                     "shared — gpu (a set per engine and GPU), engine (one "
+                                     "per engine), kernel (one per engine, a kernel scale per "
+                                     "GPU); default: as the shipped terms are fitted"),
 ) -> None:
     """Simulate every measured run (one aggregated instance, closed-loop clients, fixed
     lengths), fit the engine terms per (engine, GPU) with folds that leave whole isl × osl
@@ -61,6 +70,13 @@ def fidelity(
         raise InputError(None, "--engine", f"unknown engine {engine!r}",
                          f"use one of {', '.join(ENGINES)}, or leave --engine out for all")
     con = Console(stderr=True, highlight=False)
+    if cv is not None:
+        if write or shipped:
+            raise InputError(None, "--cv", "cross-validates the fit: writes nothing, scores "
+                             "no shipped terms", "drop --write / --shipped")
+        _cv(measurements, cv, _models(model), engine, rows, as_json, prefill_scale, con,
+            share)
+        return
     if shipped:
         if write or prefill_scale:
             raise InputError(None, "--shipped", "scores the shipped terms: nothing is fitted",
@@ -159,6 +175,64 @@ def _shipped(measurements: Path, models: dict[str, str], engine: str | None, row
                f"{tp['measured']:.4g} → {tp['simulated']:.4g} ms"
                if r["status"] == "scored" else r["reason"])
         out.print(escape(f"{r['id']}: {r['engine']} {r['gpu']} {r['mode']}: {sim}"))
+
+
+def _cv(measurements: Path, by: str, models: dict[str, str], engine: str | None, rows: bool,
+        as_json: bool, prefill: bool, con: Console, share: str | None = None) -> None:
+    """`--cv model|gpu`: per engine the held-out figures (each model or GPU held out in
+    turn) and the in-sample fit's; exit 4 when an engine with ≥ cv.MIN_ROWS rows misses the
+    bar on the held-out figures."""
+    from hastune.fidelity import cv, score
+
+    cv.key_of(by)  # refuses an unknown one before anything runs
+    if share is not None and share not in score.SHARES:
+        raise InputError(None, "--share", f"unknown {share!r}",
+                         f"use one of {', '.join(score.SHARES)}")
+    with _bar(con, as_json) as progress:
+        res = cv.run(measurements, by, models,
+                     only=(lambda c: c.engine == engine) if engine else None,
+                     progress=progress, prefill=prefill, share=share)
+    code = EXIT_GATE if not all(res["passes"].values()) else 0
+    res["exit_code"] = code
+    if not rows:
+        res = {k: v for k, v in res.items() if k != "per_row"}
+    if as_json:
+        print(dumps(res))
+    else:
+        out = Console(highlight=False)
+        t = Table(title=f"leave-one-{by}-out ({res['share']}) on {measurements}: {res['rows']} of "
+                  f"{res['agg_rows']} aggregated rows simulated; the mean over held-out {by}s "
+                  "of median |error| / bias, %")
+        for c in ("engine", by, "rows", "TTFT held out", "TPOT held out", "TTFT in-sample",
+                  "TPOT in-sample"):
+            t.add_column(c)
+
+        def two(b: dict | None, k: str) -> str:
+            if b is None or b[f"{k}_median_abs_pct"] is None:
+                return "-"
+            return f"{b[f'{k}_median_abs_pct']:.1f} / {b[f'{k}_bias_pct']:+.1f}"
+
+        for e, b in res["engines"].items():
+            for k, v in b[f"{by}s"].items():
+                t.add_row(e, k.split("/")[-1], str(v["rows"]), two(v["cv"], "ttft"),
+                          two(v["cv"], "tpot"), two(v["fit"], "ttft"), two(v["fit"], "tpot"))
+            t.add_row(f"[b]{e}[/b]", f"mean of {b['cv']['held_out'] if b['cv'] else 0}",
+                      str(b["rows"]), two(b["cv"], "ttft"), two(b["cv"], "tpot"),
+                      two(b["fit"], "ttft"), two(b["fit"], "tpot"), end_section=True)
+        out.print(t)
+        for e, b in res["engines"].items():
+            if b.get("note"):
+                out.print(f"{e}: {b['note']}")
+        verdict = ", ".join(f"{e} {'meets' if v else 'misses'}" for e, v in res["passes"].items())
+        out.print(f"{res['wall_s']:.0f} s; the bar (held out, engines with ≥ {cv.MIN_ROWS} rows: "
+                  f"TTFT ≤ 20%, TPOT ≤ 10%, bias within ±10%): {verdict or 'no engine'}")
+        for r in res.get("per_row", []):
+            out.print(escape(f"{r['id']}: {r['engine']} {r['model']} {r['gpu']}: TTFT "
+                             f"{r['ttft_ms']:.4g} → {r['cv_ttft_ms'] or float('nan'):.4g} ms, "
+                             f"TPOT {r['tpot_ms']:.4g} → {r['cv_tpot_ms'] or float('nan'):.4g} "
+                             "ms"))
+    if code:
+        raise typer.Exit(code)
 
 
 def _fmt(b: dict) -> str:

@@ -36,7 +36,6 @@ from hastune.engine_terms import (
     EngineTerms,
     FrontEnd,
     Scheduler,
-    queued_client,
 )
 
 NAMES = ("kernel_scale", "iteration_s", "per_seq_s", "frontend_s", "frontend_per_stream_s",
@@ -85,28 +84,32 @@ class Form:
                 self.tpot, self.tpot0 - self.tpot @ self.at)
 
 
-def terms(engine: str, gpu: str | None, sched: Scheduler, theta, fitted_on: str = ""
-          ) -> EngineTerms:
+def terms(engine: str, gpu: str | None, sched: Scheduler, theta, fitted_on: str = "",
+          queued: bool = False) -> EngineTerms:
+    """The engine terms of `theta` (NAMES), with the benchmark client's queueing where the
+    measured run had it (`queued`: hastune.fidelity.harness.Harness.queued)."""
     k, it, seq, fe, st, pk = (float(x) for x in theta)
     fr = FrontEnd(fe, 0.0, st, FRONTEND_SPREAD.get(engine, 0.0),
-                  queued_client(engine, gpu), STREAM_TOKEN_S.get(engine, 0.0),
+                  queued, STREAM_TOKEN_S.get(engine, 0.0),
                   *FRONTEND_TOKEN_S.get(engine, (0.0, 0.0)))
     return EngineTerms(engine, gpu, sched, it, seq, k, fr, fitted_on, pk)
 
 
-def shipped(engine: str, gpu: str, sched: Scheduler) -> EngineTerms:
+def shipped(engine: str, gpu: str, sched: Scheduler, case=None) -> EngineTerms:
     """The terms shipped for (engine, GPU) in hastune.engine_fitted, as `hastune fidelity`
-    simulates that group's measured runs (`terms`: its benchmark client's front end too, e.g.
-    FRONTEND_QUEUED); a term the row lacks is the prior's."""
+    simulates a measured run `case` of that group (its benchmark client's queueing, by
+    hastune.fidelity.harness; none without a case); a term the row lacks is the prior's."""
     from hastune.engine_fitted import FITTED
+    from hastune.fidelity.harness import harness
 
     row = FITTED[(engine, gpu)]
     theta = [row.get(n, p) for n, p in zip(NAMES, PRIOR)]
-    return terms(engine, gpu, sched, theta, row.get("fitted_on", ""))
+    return terms(engine, gpu, sched, theta, row.get("fitted_on", ""),
+                 case is not None and harness(case).queued)
 
 
 def form(sim, sched: Scheduler, engine: str, at: np.ndarray | None = None,
-         gpu: str | None = None, prefill: bool = False) -> Form:
+         gpu: str | None = None, prefill: bool = False, queued: bool = False) -> Form:
     """The linear form of one case around `at` (default the prior: the kernels alone) from
     finite differences of simulations (`sim(terms)` → (Simulated, requests in flight when one
     came)): of the kernel scale and the two iteration terms, of the prompts' scale where it
@@ -117,7 +120,7 @@ def form(sim, sched: Scheduler, engine: str, at: np.ndarray | None = None,
     at = PRIOR.copy() if at is None else np.asarray(at, dtype=float)
 
     def run(d):
-        return sim(terms(engine, gpu, sched, at + d))
+        return sim(terms(engine, gpu, sched, at + d, queued=queued))
 
     base, inflight = run(np.zeros(6))
     spread = FRONTEND_SPREAD.get(engine, 0.0) > 0  # the wait moves the schedule
@@ -143,6 +146,31 @@ def fit(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray,
     cache, queueing for seconds — counts like any other large miss, not quadratically).
     The prompts' scale is fitted with `prefill` (the forms must have its column), else held
     at 1."""
+    return fit_shared(forms, ttft, tpot, [0] * len(forms), start, prefill)[0]
+
+
+def fit_shared(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray, where: list[int],
+               start: list[np.ndarray] | np.ndarray | None = None,
+               prefill: bool = False) -> list[np.ndarray]:
+    """`fit` with a kernel scale of its own per class of cases (`where[i]`: case i's class,
+    0 … n − 1; a GPU) and every other term shared by all: the terms of each class
+    (the shared ones equal). `start`: one point per class, or one for all."""
+    n = max(where) + 1
+    if start is not None and np.ndim(start) == 2:
+        start = [start[w] for w in where]
+    per_case = fit_split(forms, ttft, tpot, {0: list(where)}, start, prefill)
+    out = [PRIOR.copy()] * n
+    for w, th in zip(where, per_case):
+        out[w] = th
+    return out
+
+
+def fit_split(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray,
+              split: dict[int, list[int]], start=None, prefill: bool = False
+              ) -> list[np.ndarray]:
+    """`fit` with the terms of the columns in `split` (a term's index in NAMES → each case's
+    class, 0 … n − 1) fitted per class, the other terms shared: each case's terms. `start`:
+    each case's point, or one for all."""
     rows, offs = [], []
     for f, mt, mp in zip(forms, ttft, tpot):
         at, bt, ap, bp = f.rows()
@@ -152,10 +180,21 @@ def fit(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray,
     free = len(NAMES) if prefill else len(NAMES) - 1
     b = b + A[:, free:] @ PRIOR[free:]  # the terms held at the prior's value
     A = A[:, :free]
-    lo, hi = LOWER[:free], UPPER[:free]
-    w2 = np.tile([TTFT_WEIGHT ** 2, 1.0], len(forms))  # on each case's loss
-    ok = np.isfinite(A).all(axis=1) & np.isfinite(b)  # a case that cannot run (no KV): out
-    A, b, w2 = A[ok], b[ok], w2[ok]
+    m = len(forms)
+    cls = {j: np.asarray(split.get(j, [0] * m)) for j in range(free)}
+    cols: dict[tuple[int, int], int] = {}
+    for j in range(free):
+        for k in range(int(cls[j].max()) + 1):
+            cols[(j, k)] = len(cols)
+    X = np.zeros((2 * m, len(cols)))
+    for i in range(m):
+        for j in range(free):
+            X[2 * i:2 * i + 2, cols[(j, int(cls[j][i]))]] = A[2 * i:2 * i + 2, j]
+    lo = np.array([LOWER[j] for j, _ in cols])
+    hi = np.array([UPPER[j] for j, _ in cols])
+    w2 = np.tile([TTFT_WEIGHT ** 2, 1.0], m)  # on each case's loss
+    ok = np.isfinite(X).all(axis=1) & np.isfinite(b)  # a case that cannot run (no KV): out
+    A, b, w2 = X[ok], b[ok], w2[ok]
     scale = np.maximum(np.abs(A).max(axis=0), 1e-12)  # columns of like size: θ·scale
     An = A / scale
 
@@ -173,8 +212,16 @@ def fit(forms: list[Form], ttft: np.ndarray, tpot: np.ndarray,
         return np.vstack([w2 * 2.0 * (root - 1.0), w2 / root, -0.5 * w2 / root ** 3])
 
     # from the point the forms were taken at (where they hold), else a neutral one
-    x0 = np.array([1.0, 1e-3, 1e-5, 0.01, 1e-3, 1.0]) if start is None else np.asarray(start)
-    x0 = np.clip(x0[:free], lo, hi) * scale
+    neutral = np.array([1.0, 1e-3, 1e-5, 0.01, 1e-3, 1.0])
+    starts = [neutral] * m if start is None else \
+        [np.asarray(start)] * m if np.ndim(start) == 1 else [np.asarray(x) for x in start]
+    x0 = np.zeros(len(cols))
+    for (j, k), c in cols.items():  # the first case of the class's point
+        i = next((i for i in range(m) if cls[j][i] == k), 0)
+        x0[c] = starts[i][j]
+    x0 = np.clip(x0, lo, hi) * scale
     res = least_squares(resid, x0, jac=jac, bounds=(lo * scale, hi * scale),
                         loss=loss, f_scale=HUBER, x_scale="jac", max_nfev=500)
-    return np.concatenate([res.x / scale, PRIOR[free:]])
+    x = res.x / scale
+    return [np.concatenate([[x[cols[(j, int(cls[j][i]))]] for j in range(free)],
+                            PRIOR[free:]]) for i in range(m)]

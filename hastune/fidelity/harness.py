@@ -35,6 +35,16 @@ from dataclasses import dataclass, replace
 from hastune import engine_terms as et
 from hastune.fidelity.rows import Case
 
+# InferenceX's runs: silicon_data_source names a dated export of its results
+# ("source_file=2026-04-06.csv; model=…; silicon_concurrency=…; measured=…")
+_INFERENCEX_SOURCE = re.compile(r"(?:^|;)\s*source_file=\d{4}-\d{2}-\d{2}\.csv\s*(?:;|$)")
+# aiconfigurator's own collection (its gap analysis: "source_file=…/aic-auto-gap-analysis/
+# data/<system>/<engine>/<version>/<model>.csv"), its TensorRT-LLM runs
+_AIC_TRTLLM = re.compile(r"aic-auto-gap-analysis/data/[^/;]+/trtllm/")
+# A file without silicon_data_source (silicon_llama31.csv: silicon_train.csv's Llama-3.1 rows,
+# same ids) is read by the ids: a dated one is an InferenceX run (in silicon_train.csv exactly
+# the rows whose source is a dated export), and its TensorRT-LLM rows on H100 are the
+# collection's (engine_terms.FRONTEND_QUEUED)
 _INFERENCEX = re.compile(r"^\d{4}_\d{2}_\d{2}_")  # a dated id: an InferenceX run
 _LLAMA_70B = re.compile(r"^\d{4}_\d{2}_\d{2}_llama_3_1_70b_")  # one whose scripts we read
 
@@ -51,6 +61,11 @@ class Harness:
     max_seqs: int | None = None
     wait_iters: int = 0         # TensorRT-LLM batch waiting (engine_terms.Scheduler)
     wait_ratio: float = 0.0
+    # the client queues a request at one completion and sends it at the next, its TTFT
+    # counted from the queueing (engine_terms.FrontEnd.queued): aiconfigurator's collection's
+    # TensorRT-LLM runs (TTFT grows with the output length by one completion gap at low
+    # concurrency: docs/fidelity.md, benchmarks/fidelity_gap_term.py)
+    queued: bool = False
 
     def scheduler(self, s: et.Scheduler) -> et.Scheduler:
         """The engine's defaults with this run's server flags."""
@@ -68,11 +83,42 @@ OWN = Harness("aiconfigurator")
 INFERENCEX = Harness("inferencex", range_ratio=0.8, prompts_per_client=10)  # its client
 
 
+def inferencex(case: Case) -> bool:
+    """Whether `case` is an InferenceX run: by its silicon_data_source (a dated export), or
+    in a file without that column by its id (a dated one)."""
+    if case.source:
+        return bool(_INFERENCEX_SOURCE.search(case.source))
+    return bool(_INFERENCEX.match(case.id))
+
+
+def client(case: Case) -> str:
+    """The benchmark client a run was measured with, by its silicon_data_source:
+    "inferencex" (a dated export of InferenceX's results), "aiconfigurator" (its own
+    collection: a path or its gap-analysis files), "db-dump" (a dump of a results database,
+    "db-dump/…"), or "other"; in a file without the column, "inferencex" by a dated id, else
+    "aiconfigurator" (silicon_llama31.csv's other rows)."""
+    if inferencex(case):
+        return "inferencex"
+    src = case.source
+    if not src or "gap-analysis" in src or "aic-auto-gap" in src:
+        return "aiconfigurator"
+    return "db-dump" if src.startswith("db-dump") else "other"
+
+
+def queued(case: Case) -> bool:
+    """Whether `case`'s client counts one completion gap more (Harness.queued): a run of
+    aiconfigurator's collection on TensorRT-LLM, by its silicon_data_source; in a file
+    without that column, engine_terms.FRONTEND_QUEUED's (engine, GPU)."""
+    if case.source:
+        return bool(_AIC_TRTLLM.search(case.source))
+    return not inferencex(case) and (case.engine, case.gpu) in et.FRONTEND_QUEUED
+
+
 def harness(case: Case) -> Harness:
     """How `case` was measured (the module's docstring)."""
     ckpt_kv = case.engine == "trtllm" and case.weights == "fp8"  # the checkpoint's KV
-    if not _INFERENCEX.match(case.id):
-        return replace(OWN, kv_fp8=True) if ckpt_kv else OWN
+    if not inferencex(case):
+        return replace(OWN, kv_fp8=ckpt_kv, queued=queued(case))
     if _LLAMA_70B.match(case.id) and case.engine == "trtllm":
         waits = case.isl == 1024 and case.osl == 1024 and case.tp < 8
         return replace(INFERENCEX, kv_fp8=True, chunk_tokens=16384,

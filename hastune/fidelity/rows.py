@@ -65,6 +65,9 @@ class Case:
     tpot_ms: float
     line: int
     pools: Pools | None = None  # a disaggregated run's pools (tp: its decode workers' TP)
+    # silicon_data_source: where the run came from ("" in a file without the column); the
+    # benchmark-client rules key on it (hastune.fidelity.harness)
+    source: str = ""
 
     @property
     def gpus(self) -> int:
@@ -157,7 +160,8 @@ def _common(row: dict, p: Path, line: int) -> dict:
                 weights=QUANT[quant], isl=int(_num(row, "isl", p, line, True)),
                 osl=int(_num(row, "osl", p, line, True)),
                 ttft_ms=_num(row, "silicon_ttft_ms", p, line),
-                tpot_ms=_num(row, "silicon_tpot_ms", p, line), line=line)
+                tpot_ms=_num(row, "silicon_tpot_ms", p, line), line=line,
+                source=(row.get("silicon_data_source") or "").strip())
 
 
 class Unmodelled(ValueError):

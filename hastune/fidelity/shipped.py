@@ -25,6 +25,7 @@ import numpy as np
 
 from hastune import engine_terms as et
 from hastune.errors import InputError
+from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Row, read_rows
 from hastune.fidelity.run import recipe_for, simulate
 
@@ -95,8 +96,7 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
         note = ("the engine terms are off for this profile (measured on a device, or turned "
                 "off): the kernels alone")
     else:  # the benchmark client the row was measured with, as `fidelity` simulates it
-        terms = replace(terms, frontend=replace(
-            terms.frontend, queued=et.queued_client(c.engine, c.gpu)))
+        terms = replace(terms, frontend=replace(terms.frontend, queued=harness(c).queued))
         if terms.gpu != c.gpu:
             note = (f"no terms fitted on {c.gpu} for {c.engine}: the engine's pooled ones "
                     f"({terms.fitted_on or 'none'})")

@@ -15,6 +15,8 @@ from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
 from hastune.data import SILICON_LLAMA31
 from hastune.fidelity import fit as F
+from hastune.fidelity.harness import harness
+from hastune.fidelity.rows import Case
 from hastune.model_ref import Engine
 from hastune.profile import load_profile
 from hastune.sim.frontend import stream_waits
@@ -205,10 +207,22 @@ def test_a_queued_client_counts_one_completion_gap_more(clients, osl, seed):
     done = np.sort(plain.finish)
     gap = (done[-1] - done[clients]) / (len(done) - 1 - clients)
     assert extra.mean() == pytest.approx(gap, rel=0.35)
-    # the measured runs' client (hastune.fidelity fits under it), not a recipe's
+    # the measured runs' client (hastune.fidelity fits under it), not a recipe's; keyed on
+    # the row's silicon_data_source (aiconfigurator's collection's TensorRT-LLM runs)
+    src = ("source_file=/u/aic-auto-gap-analysis/data/h100_sxm/trtllm/1.0.0rc3/m.csv; "
+           "silicon_concurrency=8")
+    c = Case("r", "trtllm", "", "m", "h100-80gb", "bf16", 1024, 128, 8, 1, 1.0, 1.0, 2,
+             source=src)
+    assert harness(c).queued
+    assert not harness(replace(c, engine="sglang",
+                               source=src.replace("/trtllm/", "/sglang/"))).queued
+    assert not harness(replace(c, source="source_file=2026-04-06.csv; model=M")).queued
+    assert harness(replace(c, gpu="h200-141gb")).queued  # the source, not the GPU
+    assert harness(replace(c, source="")).queued  # no such column: FRONTEND_QUEUED
+    assert not harness(replace(c, source="", gpu="h200-141gb")).queued
     sched = et.scheduler_defaults("trtllm", 80, "h100-80gb")
-    assert F.terms("trtllm", "h100-80gb", sched, F.PRIOR).frontend.queued
-    assert not F.terms("trtllm", "h200-141gb", sched, F.PRIOR).frontend.queued
+    assert F.terms("trtllm", "h100-80gb", sched, F.PRIOR, queued=True).frontend.queued
+    assert not F.terms("trtllm", "h100-80gb", sched, F.PRIOR).frontend.queued
     assert not et.terms_for("trtllm", "h100-80gb", 80).frontend.queued
 
 

@@ -76,7 +76,7 @@ def test_the_shipped_terms_are_not_on_the_edge():
         if prof is None:
             prof = resolve_profile(rec, quiet=True)[0]
             sched = et.scheduler_defaults(c.engine, prof.memory.gpu_bytes / 2**30, c.gpu)
-            terms = F.shipped(c.engine, c.gpu, sched)
+            terms = F.shipped(c.engine, c.gpu, sched, c)
         fe = terms.frontend.request_s
         base = _ttft(c, prof, terms, rec, fe)
         for v in (fe + 1e-6, max(fe - 1e-6, F.FRONTEND_MIN_S / 2)):

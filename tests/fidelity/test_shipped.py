@@ -98,7 +98,7 @@ def test_scored_rows_are_simulated_with_the_shipped_terms():
         rec = recipe_for(c, {}, FILE)
         prof = resolve_profile(rec, quiet=True)[0]
         sched = et.scheduler_defaults(c.engine, prof.memory.gpu_bytes / 2**30, c.gpu)
-        want = simulate(c, prof, F.shipped(c.engine, c.gpu, sched), rec)
+        want = simulate(c, prof, F.shipped(c.engine, c.gpu, sched, c), rec)
         got = by_id[c.id]
         assert got["ttft_ms"]["simulated"] == pytest.approx(want.ttft_ms, rel=1e-9)
         assert got["tpot_ms"]["simulated"] == pytest.approx(want.tpot_ms, rel=1e-9)
