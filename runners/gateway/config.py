@@ -63,12 +63,10 @@ def _check_url(url: str) -> str:
     return url.rstrip("/")
 
 
-class Server(_Strict):
-    """A server of one role: its base URL (no /v1), and for an SGLang prefill server the
-    port of its disaggregation bootstrap server (--disaggregation-bootstrap-port)."""
+class _Url(_Strict):
+    """A server given by its base URL (no /v1), or written as that URL alone."""
 
     url: str
-    bootstrap_port: int | None = Field(default=None, ge=1, le=65535)
 
     @model_validator(mode="before")
     @classmethod
@@ -79,28 +77,24 @@ class Server(_Strict):
     @classmethod
     def _url(cls, v: str) -> str:
         return _check_url(v)
+
+
+class Server(_Url):
+    """A server of one role: its base URL, and for an SGLang prefill server the port of its
+    disaggregation bootstrap server (--disaggregation-bootstrap-port)."""
+
+    bootstrap_port: int | None = Field(default=None, ge=1, le=65535)
 
     @property
     def host(self) -> str:
         return urlsplit(self.url).hostname or ""
 
 
-class EncodeServer(_Strict):
+class EncodeServer(_Url):
     """An encode server and the prefill server that shares its GPU (EAServe's local
     prefill), or null where it has none (its prefills all go to the remote pool)."""
 
-    url: str
     prefill: Server | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_url(cls, data: Any) -> Any:
-        return {"url": data} if isinstance(data, str) else data
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        return _check_url(v)
 
 
 class Listen(_Strict):
