@@ -143,15 +143,16 @@ class Bounds:
             0.0).mean())
         self.mm_share = float(mm.mean())
         self.prefill_work = float((pre.per_token_s * L + pre.per_token_sq_s * L * L).mean())
-        reserve = L + 1 + out
-        n_fit = int(self.kv_cap // max(float(reserve.min()), 1.0))
-        N = max(1, min(dec.max_batch, n_fit))
         ctx_min = float((L + 1).min())
+        # the largest decode batch: a request's cache starts at L + 1 tokens and grows
+        n_fit = int(self.kv_cap // max(ctx_min, 1.0))
+        N = max(1, min(dec.max_batch, n_fit))
         steps = float(np.maximum(out - 1, 0).mean())
         tokens_per_s = N / dec.step(N, N * ctx_min)
         self.decode_per_gpu = tokens_per_s / steps if steps > 0 else float("inf")
         step_min = dec.step(1, ctx_min)
-        kv_seconds = float((reserve * np.maximum(out - 1, 0) * step_min).mean())
+        s = np.maximum(out - 1, 0)  # KV held, at least: as in _Shape.of
+        kv_seconds = float(((s * L + s * (s + 1) / 2) * step_min).mean())
         self.decode_kv_per_gpu = self.kv_cap / kv_seconds if kv_seconds > 0 else float("inf")
         self.kv_bytes = float((L * mem.kv_bytes_per_token).mean())
         c = recipe.cluster
@@ -288,10 +289,15 @@ class _Shape:
                            + enc.per_token_sq_s * tok * tok, 0.0)
         sh.prefill_s = float((enc_var + (tm.p_tok * L + tm.p_sq * L * L) / pp).mean())
         ctx_min = float((L + 1).min())
-        N = max(1, min(dec.max_batch, int(tm.kv_cap // max(float(reserve.min()), 1.0))))
+        N = max(1, min(dec.max_batch, int(tm.kv_cap // max(ctx_min, 1.0))))  # as in Bounds
         steps = float(np.maximum(out - 1, 0).mean())
         sh.decode_s = steps * dec.step(N, N * ctx_min) / N
-        kv_seconds = float((reserve * np.maximum(out - 1, 0) * dec.step(1, ctx_min)).mean())
+        # KV held, at least: a request's cache grows a token per decode step, so over its
+        # s = out − 1 steps it holds Σ (L + i) = s·L + s(s+1)/2 token-steps (not L + out on
+        # every step: that charged more than the simulator holds, an unsound bound where KV
+        # limits decode — llama-30b on one 80 GB GPU reached 1.09× it), each step ≥ a lone one
+        s = np.maximum(out - 1, 0)
+        kv_seconds = float(((s * L + s * (s + 1) / 2) * dec.step(1, ctx_min)).mean())
         sh.kv_rate = tm.kv_cap / kv_seconds if kv_seconds > 0 else float("inf")
         sh.kv_bytes = tm.kv_bytes_per_token
         return sh
