@@ -19,7 +19,12 @@ Each count is tuned for goodput, whatever the recipe's objective: a count sustai
 if its best goodput does. `objective` says which deployment answers: `gpus` the best of the
 fewest GPUs that sustain the rate; `cost` (every GPU type priced) the cheapest configuration
 evaluated, at any count tuned, whose goodput sustains it (ties: the most goodput). With one
-GPU type cost grows with the GPUs, so the counts are searched the same way; with prices,
+GPU type cost grows with the GPUs, so the counts are searched the same way. On several GPU
+types it does not: each count's study keeps every configuration whose capacity bound × margin
+could sustain the rate (not only those near its best goodput: a cheaper one may answer; one
+study per rate), and counts above the fewest that sustain it are tuned while the count times
+the cheapest type's price is at most the cheapest answer found (a count's new configurations
+use exactly that many GPUs, so none beyond can be cheaper). With prices,
 every configuration evaluated is a point of $/h against goodput, and the plan reports the
 points no other beats on both (`cost_pareto`, plan_pareto.csv, plan_cost.png).
 """
@@ -213,16 +218,23 @@ def ceilings(rec: Recipe, bounded: bool = True) -> dict[int, float | None]:
     """Per GPU count 1..cluster.gpus: None if no configuration survives pruning's analytic
     rules there, else the most goodput any could reach (inf when not `bounded`)."""
     from hastune.evaluators.sim import Evaluation
-    from hastune.prune import derived_margin, prune
-    from hastune.space import space_for
+    from hastune.prune import TypedBounds, derived_margin, prune
+    from hastune.space import on_types, space_for
 
     ev = Evaluation(rec)
     margin = derived_margin(rec)
-    spaces = [space_for(a, rec.path, rec.search_space, ev.profile) for a in rec.architectures]
+    types = [t.gpu for t in rec.cluster.types]
+    # as the tuner and grid see them: each pool on any of the cluster's types, each bounded
+    # by its type's profile (several types on one configuration: unbounded)
+    spaces = [on_types(space_for(a, rec.path, rec.search_space, ev.profile), types)
+              for a in rec.architectures]
+    fits = ev.runnable if ev.multi else None
     out: dict[int, float | None] = {}
     for g in range(1, rec.cluster.gpus + 1):
         rg = budget_recipe(rec, g)
-        kept = [c for sp in spaces for c in prune(rg, ev.profile, ev.requests, sp).kept]
+        bounds = TypedBounds(rg, ev)
+        kept = [c for sp in spaces
+                for c in prune(rg, ev.profile, ev.requests, sp, bounds=bounds, fits=fits).kept]
         out[g] = None if not kept else (
             max(c.bound for c in kept) * margin if bounded else math.inf)
     return out
@@ -258,8 +270,16 @@ class Planner:
         base = self.tune.study or f"{self.recipe.name}-{'+'.join(self.recipe.architectures)}"
         self.base_study = base
 
+    @property
+    def by_cost(self) -> bool:
+        """Cost on several GPU types: cost is not the GPU count, so each count keeps every
+        configuration that could sustain the rate (TuneOptions.sustain_rps), not only those
+        near its best goodput, and the counts are searched while one could still be cheaper."""
+        return self.objective == "cost" and len(self.recipe.cluster.types) > 1
+
     def study_name(self, gpus: int) -> str:
-        return f"{self.base_study}-g{gpus}"
+        # a cost study's survivors depend on the rate: one study per rate
+        return f"{self.base_study}-g{gpus}" + (f"-r{self.rate:.6g}" if self.by_cost else "")
 
     def tune_at(self, gpus: int, on_trial: Callable | None = None) -> Step:
         """Tune the recipe at `gpus` GPUs in its own study (resumed if it exists)."""
@@ -270,7 +290,8 @@ class Planner:
         t0 = time.perf_counter()
         # tuned for goodput: a count sustains the rate if its best goodput does
         rec = budget_recipe(self.recipe, gpus).model_copy(update={"objective": "goodput"})
-        tuner = Tuner(rec, replace(self.tune, study=self.study_name(gpus)))
+        tuner = Tuner(rec, replace(self.tune, study=self.study_name(gpus),
+                                   sustain_rps=self.rate if self.by_cost else None))
         st = tuner.open_study(0)
         tuner.prepare(st, on_trial=on_trial)
         tuner.work(st, 0, on_trial=on_trial)
@@ -294,6 +315,13 @@ class Planner:
                                     rec.cluster, cfg, g).items() if k == "cost_per_hour"}})
         step.wall_s = time.perf_counter() - t0
         return step
+
+    def _cheapest_cost(self) -> float | None:
+        """The cost per hour of the cheapest configuration evaluated so far that sustains the
+        rate (None: none does)."""
+        costs = [p["cost_per_hour"] for s in self.steps.values() for p in s.points
+                 if p.get("cost_per_hour") is not None and p["goodput_rps"] >= self.rate]
+        return min(costs, default=None)
 
     def run(self, on_step: Callable[[Step], None] | None = None,
             on_trial: Callable | None = None) -> PlanResult:
@@ -333,6 +361,18 @@ class Planner:
                     hi = mid
                 else:
                     lo = mid + 1
+        if self.by_cost:  # a larger count holds only configurations of more GPUs: stop
+            # once the cheapest GPU times the count costs more than the cheapest answer
+            # (below the fewest that sustain it, none does: searched, or bisect's assumption)
+            cheapest = min(t.price_per_gpu_hour or 0.0 for t in self.recipe.cluster.types)
+            found = min((g for g in cands if self.steps[g].status == TUNED
+                         and self.steps[g].sustains(self.rate)), default=None)
+            for g in cands:
+                best = self._cheapest_cost()
+                if found is None or best is None or g * cheapest > best:
+                    break
+                if g > found and self.steps[g].status != TUNED:
+                    tune(g)
         res = PlanResult(self.recipe.name, self.rate, self.search, self.recipe.cluster.gpus,
                          [self.steps[g] for g in sorted(self.steps)],
                          time.perf_counter() - t0, self.tune.storage or

@@ -38,12 +38,17 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
     report: dict[str, Any] = {"total": 0, "kept": 0, "rules": dict.fromkeys(RULES, 0),
                               lb_key: 0.0, "pruned": opts.prune,
                               **({"objective": obj.name} if obj.per_cost else {})}
+    # plan --objective cost: a configuration is worth evaluating if it could sustain the rate,
+    # however far below the best goodput (a cheaper one may be the answer): no probes, the
+    # capacity rule compares each bound with the rate
+    sustain = opts.sustain_rps if opts.prune else None
     # several architectures share one lower bound: a goodput any of them reached bounds the
     # optimum of all (splitting probe_top between them was tried: no better)
     for space in tuner.spaces.values():
         if opts.prune:
             rep = prune(tuner.recipe, tuner.simulation.profile, tuner.simulation.requests, space,
-                        evaluate=record, evaluate_many=record_many,
+                        evaluate=None if sustain else record,
+                        evaluate_many=None if sustain else record_many,
                         probe_top=opts.probe_top, margin=tuner.margin,
                         lower_bound=report[lb_key],
                         runnable=None if tuner.evaluator is tuner.simulation else tuner.runnable,
@@ -69,7 +74,16 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
                     cands.append((0.0, c))
                 else:
                     report["rules"]["memory"] += 1
-    if opts.prune:
+    if sustain is not None:
+        from hastune.cost import cost_per_hour
+
+        keep = [(b, c) for b, c in cands if b * tuner.margin >= sustain]
+        report["rules"]["capacity"] += len(cands) - len(keep)
+        report["sustain_rps"] = sustain
+        # the cheapest first (then the best bound): the warm start tries the likeliest answers
+        cands = sorted(keep, key=lambda bc: (cost_per_hour(tuner.recipe.cluster, bc[1]) or 0.0,
+                                             -bc[0]))
+    elif opts.prune:
         # the final lower bound also applies to the spaces pruned before it was reached
         lb = report[lb_key]
         probed = done()

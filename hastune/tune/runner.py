@@ -79,6 +79,9 @@ class TuneOptions:
     prune: bool = True
     probe_top: int = 3
     margin: float | None = None     # capacity-rule margin; None: derived (prune.derived_margin)
+    sustain_rps: float | None = None  # plan --objective cost: the capacity rule keeps what
+    #                                   could sustain this rate instead of what could near the
+    #                                   best goodput probed (None: tune's rule)
     early_stop: bool = False        # a search that can no longer beat the incumbent stops
     warm_start: int = 5
     backend: str = "local"          # the engine's, with evaluator real
