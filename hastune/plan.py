@@ -316,12 +316,12 @@ class Planner:
         step.wall_s = time.perf_counter() - t0
         return step
 
-    def _cheapest_cost(self) -> float | None:
-        """The cost per hour of the cheapest configuration evaluated so far that sustains the
-        rate (None: none does)."""
-        costs = [p["cost_per_hour"] for s in self.steps.values() for p in s.points
-                 if p.get("cost_per_hour") is not None and p["goodput_rps"] >= self.rate]
-        return min(costs, default=None)
+    def result(self, wall_s: float = 0.0) -> PlanResult:
+        """The plan as its steps stand now."""
+        return PlanResult(self.recipe.name, self.rate, self.search, self.recipe.cluster.gpus,
+                          [self.steps[g] for g in sorted(self.steps)], wall_s,
+                          self.tune.storage or f"{self.tune.out}/study.db",
+                          objective=self.objective)
 
     def run(self, on_step: Callable[[Step], None] | None = None,
             on_trial: Callable | None = None) -> PlanResult:
@@ -364,19 +364,17 @@ class Planner:
         if self.by_cost:  # a larger count holds only configurations of more GPUs: stop
             # once the cheapest GPU times the count costs more than the cheapest answer
             # (below the fewest that sustain it, none does: searched, or bisect's assumption)
-            cheapest = min(t.price_per_gpu_hour or 0.0 for t in self.recipe.cluster.types)
+            price = min(t.price_per_gpu_hour or 0.0 for t in self.recipe.cluster.types)
             found = min((g for g in cands if self.steps[g].status == TUNED
                          and self.steps[g].sustains(self.rate)), default=None)
-            for g in cands:
-                best = self._cheapest_cost()
-                if found is None or best is None or g * cheapest > best:
+            for g in cands if found is not None else []:
+                if g <= found or self.steps[g].status == TUNED:
+                    continue
+                best = self.result().cheapest  # found sustains the rate: one does, priced
+                if best is None or g * price > best["cost_per_hour"]:
                     break
-                if g > found and self.steps[g].status != TUNED:
-                    tune(g)
-        res = PlanResult(self.recipe.name, self.rate, self.search, self.recipe.cluster.gpus,
-                         [self.steps[g] for g in sorted(self.steps)],
-                         time.perf_counter() - t0, self.tune.storage or
-                         f"{self.tune.out}/study.db", objective=self.objective)
+                tune(g)
+        res = self.result(time.perf_counter() - t0)
         a = res.answer
         cfg, goodput, _ = res.answer_config
         if a is not None and bounded:  # the simulator's answer: what it lies beyond

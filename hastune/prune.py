@@ -143,17 +143,10 @@ class Bounds:
             0.0).mean())
         self.mm_share = float(mm.mean())
         self.prefill_work = float((pre.per_token_s * L + pre.per_token_sq_s * L * L).mean())
-        ctx_min = float((L + 1).min())
-        # the largest decode batch: a request's cache starts at L + 1 tokens and grows
-        n_fit = int(self.kv_cap // max(ctx_min, 1.0))
-        N = max(1, min(dec.max_batch, n_fit))
+        ctx_min, N, self.decode_kv_per_gpu = _decode_limits(dec, self.kv_cap, L, out)
         steps = float(np.maximum(out - 1, 0).mean())
         tokens_per_s = N / dec.step(N, N * ctx_min)
         self.decode_per_gpu = tokens_per_s / steps if steps > 0 else float("inf")
-        step_min = dec.step(1, ctx_min)
-        s = np.maximum(out - 1, 0)  # KV held, at least: as in _Shape.of
-        kv_seconds = float(((s * L + s * (s + 1) / 2) * step_min).mean())
-        self.decode_kv_per_gpu = self.kv_cap / kv_seconds if kv_seconds > 0 else float("inf")
         self.kv_bytes = float((L * mem.kv_bytes_per_token).mean())
         c = recipe.cluster
         self.port_bw = max(c.intra_node.bandwidth_GBps, c.inter_node.bandwidth_GBps) * 1e9
@@ -249,6 +242,22 @@ class TypedBounds:
         return self._by_type[t]
 
 
+def _decode_limits(dec: Any, kv_cap: float, L: np.ndarray,
+                   out: np.ndarray) -> tuple[float, int, float]:
+    """(the shortest context L + 1, the largest decode batch N, the requests per second the
+    KV cache admits) of decode with `kv_cap` cache tokens over requests of prompt `L` and
+    output `out` tokens. A request's cache starts at L + 1 tokens and grows a token per decode
+    step, so N ≤ kv_cap / min(L + 1), and over its s = out − 1 steps it holds at least
+    Σ (L + i) = s·L + s(s+1)/2 token-steps, each step no shorter than a lone one. (Charging
+    L + out on every step held more than the simulator does: an unsound bound where KV limits
+    decode — llama-30b on one 80 GB GPU reached 1.09× it.)"""
+    ctx_min = float((L + 1).min())
+    N = max(1, min(dec.max_batch, int(kv_cap // max(ctx_min, 1.0))))
+    s = np.maximum(out - 1, 0)
+    kv_seconds = float(((s * L + s * (s + 1) / 2) * dec.step(1, ctx_min)).mean())
+    return ctx_min, N, kv_cap / kv_seconds if kv_seconds > 0 else float("inf")
+
+
 UNBOUNDED = {"encode": float("inf"), "prefill": float("inf"), "decode": float("inf"),
              "network": float("inf")}
 
@@ -288,17 +297,9 @@ class _Shape:
         enc_var = np.where(tok > 0, enc.per_item_s + enc.per_token_s * tok
                            + enc.per_token_sq_s * tok * tok, 0.0)
         sh.prefill_s = float((enc_var + (tm.p_tok * L + tm.p_sq * L * L) / pp).mean())
-        ctx_min = float((L + 1).min())
-        N = max(1, min(dec.max_batch, int(tm.kv_cap // max(ctx_min, 1.0))))  # as in Bounds
+        ctx_min, N, sh.kv_rate = _decode_limits(dec, tm.kv_cap, L, out)
         steps = float(np.maximum(out - 1, 0).mean())
         sh.decode_s = steps * dec.step(N, N * ctx_min) / N
-        # KV held, at least: a request's cache grows a token per decode step, so over its
-        # s = out − 1 steps it holds Σ (L + i) = s·L + s(s+1)/2 token-steps (not L + out on
-        # every step: that charged more than the simulator holds, an unsound bound where KV
-        # limits decode — llama-30b on one 80 GB GPU reached 1.09× it), each step ≥ a lone one
-        s = np.maximum(out - 1, 0)
-        kv_seconds = float(((s * L + s * (s + 1) / 2) * dec.step(1, ctx_min)).mean())
-        sh.kv_rate = tm.kv_cap / kv_seconds if kv_seconds > 0 else float("inf")
         sh.kv_bytes = tm.kv_bytes_per_token
         return sh
 

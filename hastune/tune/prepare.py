@@ -47,8 +47,8 @@ def prune_study(tuner: Tuner, study: optuna.Study, record: Callable[[Config], fl
     for space in tuner.spaces.values():
         if opts.prune:
             rep = prune(tuner.recipe, tuner.simulation.profile, tuner.simulation.requests, space,
-                        evaluate=None if sustain else record,
-                        evaluate_many=None if sustain else record_many,
+                        evaluate=record if sustain is None else None,
+                        evaluate_many=record_many if sustain is None else None,
                         probe_top=opts.probe_top, margin=tuner.margin,
                         lower_bound=report[lb_key],
                         runnable=None if tuner.evaluator is tuner.simulation else tuner.runnable,
