@@ -98,7 +98,8 @@ def plan(
 ) -> None:
     """The fewest GPUs (up to the recipe's cluster.gpus) whose best configuration sustains
     --rate req/s within the SLOs, or with --objective cost the cheapest configuration that
-    does, tuning one study per GPU count (resumable like tune).
+    does, tuning one study per GPU count (cost on several GPU types: per count and rate;
+    resumable like tune).
 
     Exit codes: 0 found; 3 not even cluster.gpus sustains the rate (the most goodput
     reached is printed); 2 bad input; 1 the run failed (finished trials are kept); 130
