@@ -111,15 +111,20 @@ class Processes:
             try:
                 got, out = self.results.get(timeout=POLL_S)
             except queue.Empty:
-                for i, p in enumerate(self.procs):
-                    if p.exitcode is not None:
-                        raise WorkerDied(i, p.pid, p.exitcode) from None
+                self.check()
                 continue
             self.done[got] = out
+            self.check()  # a worker that died idle is named too, not only one holding a task
         out = self.done.pop(number)
         if isinstance(out, BaseException):
             raise out
         return out
+
+    def check(self) -> None:
+        """Raise WorkerDied for the first pool process that has ended."""
+        for i, p in enumerate(self.procs):
+            if p.exitcode is not None:
+                raise WorkerDied(i, p.pid, p.exitcode)
 
     def close(self) -> None:
         for p in self.procs:
