@@ -39,9 +39,10 @@ class _Strict(BaseModel):
 
 
 class Precision(_Strict):
-    """Weights and KV cache: bf16 or fp8 (`precision: fp8` = fp8 weights, bf16 KV cache)."""
+    """Weights and KV cache: bf16 or fp8 (`precision: fp8` = fp8 weights, bf16 KV cache);
+    weights may also be nvfp4 (Blackwell GPUs, an NVFP4 checkpoint)."""
 
-    weights: Literal["bf16", "fp8"] = "bf16"
+    weights: Literal["bf16", "fp8", "nvfp4"] = "bf16"
     kv_cache: Literal["bf16", "fp8"] = "bf16"
 
     @model_validator(mode="before")
@@ -122,7 +123,7 @@ def precision_of(recipe: Recipe, arch: ModelArch | None = None) -> Precision:
     if recipe.precision is not None:
         return recipe.precision
     ckpt = arch.llm.checkpoint_precision if arch is not None else "bf16"
-    return Precision(weights=ckpt if ckpt in ("bf16", "fp8") else "bf16")
+    return Precision(weights=ckpt if ckpt in ("bf16", "fp8", "nvfp4") else "bf16")
 
 
 def shipped_profile(recipe: Recipe) -> Path | None:

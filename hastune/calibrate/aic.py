@@ -43,9 +43,12 @@ INSTALL_FIX = "pip install 'hastune[kernels]'"
 ENGINES = ("vllm", "sglang", "trtllm")
 ENGINE_LABEL = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 PKG_DTYPE = {  # role → hastune dtype → the package's value
-    "gemm": {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block"},
+    "gemm": {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"},
     "kv": {"bf16": "bfloat16", "fp8": "fp8"},
-    "mla_gemm": {"bf16": "bfloat16", "fp8": "fp8_block", "fp8_block": "fp8_block"},
+    # NVFP4 checkpoints (ModelOpt) leave MLA's projections out of the quantization
+    # (hf_quant_config.json's exclude_modules: every self_attn projection): bf16 rows
+    "mla_gemm": {"bf16": "bfloat16", "fp8": "fp8_block", "fp8_block": "fp8_block",
+                 "nvfp4": "bfloat16"},
     "comm": {"bf16": "half", "fp8": "int8"},
 }
 _MOE_ROWS: dict = {}    # (source, system, path) → moe_lanes' key → lane, filled by _rows
@@ -151,7 +154,7 @@ class AicSource(KernelSource):
 
     engine: str = "vllm"
     version: str | None = None        # None: the package's current; "newest"; or exact
-    gemm_dtype: str = "bf16"          # GEMM and MoE weights: bf16 | fp8 | fp8_block
+    gemm_dtype: str = "bf16"          # GEMM and MoE weights: bf16 | fp8 | fp8_block | nvfp4
     kv_dtype: str = "bf16"            # KV cache (attention, MLA): bf16 | fp8
     comm_dtype: str = "bf16"          # NCCL tables: bf16 (half) | fp8 (int8)
     nccl_version: str | None = None   # None: the system yaml's nccl_version, else newest
@@ -290,8 +293,12 @@ class AicSource(KernelSource):
                 lane_of = np.char.add(np.char.add(lane_of, "|"), data[col].astype(str))
             if strict and not (mask & sel).any():
                 have = sorted({_hastune_dtype(role, x) for x in data[col][mask]})
+                why = ""
+                if self._dtype(role) == "nvfp4" and "nvfp4" not in have:
+                    why = (f": NVFP4 needs FP4 tensor cores (Blackwell: b200_sxm, gb200, ...), "
+                           f"which {system} has not")
                 raise InputError(path, col, f"no {self._dtype(role)} rows in {system}'s "
-                                 f"{kind} table ({self.engine} {version})",
+                                 f"{kind} table ({self.engine} {version}){why}",
                                  f"use one of {', '.join(have)}, or another engine/version")
             mask &= sel
         fixed = dict(spec.fixed)
@@ -373,5 +380,7 @@ def _table(src: AicSource, system: str, kind: str) -> KernelTable:
 def _hastune_dtype(role: str, value: str) -> str:
     if role == "bf16":
         return "bf16"
-    back = {v: k for k, v in PKG_DTYPE[role].items()}
+    back: dict[str, str] = {}
+    for k, v in PKG_DTYPE[role].items():
+        back.setdefault(v, k)  # the first hastune name of a package value (bf16's, not nvfp4's)
     return back.get(str(value), str(value))

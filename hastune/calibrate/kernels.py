@@ -34,7 +34,7 @@ NEIGHBOURS = 8
 BANDWIDTH_OCTAVES = 0.5
 PRIOR_WEIGHT = 1e-3
 BYTES = 2.0  # bf16
-DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0}
+DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625}  # nvfp4: + scales
 Costs = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 

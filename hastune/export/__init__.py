@@ -106,6 +106,15 @@ def check_model(t: Target, engine: str) -> None:
                             "it as a flag"),
                          "name the model by a path or a Hugging Face repository that does not "
                          "start with '-' (./-name for a folder named so)")
+    if engine != "runners" and t.precision.weights == "nvfp4" \
+            and t.checkpoint_precision != "nvfp4":
+        raise InputError(None, "precision.weights", "nvfp4 weights, but the model's config is "
+                         f"a {t.checkpoint_precision} checkpoint's: {engine} loads NVFP4 "
+                         "weights from an NVFP4 checkpoint (ModelOpt) and does not quantize "
+                         "to NVFP4 as it loads",
+                         "name the NVFP4 checkpoint as the model (its config.json has "
+                         "quantization_config quant_method: modelopt, quant_algo: NVFP4), or "
+                         "tune with precision.weights fp8 or bf16")
 
 
 def check_commands(cmds: list[Command]) -> None:

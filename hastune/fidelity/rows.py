@@ -20,13 +20,13 @@ MAX_BYTES = 64 * 2**20
 
 # the kernel database's systems → hastune GPUs
 SYSTEMS = {"h100_sxm": "h100-80gb", "h200_sxm": "h200-141gb", "a100_sxm": "a100-80gb",
-           "b200_sxm": "b200-180gb", "l40s": "l40s-48gb"}
+           "b200_sxm": "b200-180gb", "gb200": "gb200-186gb", "l40s": "l40s-48gb"}
 # Hugging Face names → the model configs shipped in examples/models
 MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
           "meta-llama/Llama-3.1-8B": "llama-3.1-8b",
           "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
           "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b"}
-QUANT = {"": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8"}
+QUANT = {"": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
 
 
 @dataclass(frozen=True)
@@ -222,20 +222,66 @@ def _disagg_case(row: dict, p: Path, line: int) -> Case:
     return Case(**fields, clients=clients, tp=pools.decode_tp, pools=pools)
 
 
+# A quantized checkpoint's name ends in its format; its architecture is its base model's
+QUANT_SUFFIX = re.compile(r"-(?:FP8|NVFP4|FP4|MXFP4|AWQ|GPTQ|INT4|INT8|W4A16|W8A8)$", re.I)
+
+
 def model_dir(name: str, extra: dict[str, str], path: Path) -> str:
     """The config of the file's model `name`: `--model NAME=DIR` first, then the configs
     shipped in examples/models, then aiconfigurator-core's packaged model configs (its
-    model_configs/<org>--<name>_config.json; the `kernels` extra)."""
+    model_configs/<org>--<name>_config.json; the `kernels` extra). A name neither holds is
+    looked up as its base model (`base_names`: the quantization suffix dropped, the same
+    model under another organisation, where exactly one has it): the architecture is the
+    base model's, the precision the row's."""
     if name in extra:
         return extra[name]
+    for cand in (name, *base_names(name)):
+        found = _config_of(cand)
+        if found is not None:
+            return found
+    raise InputError(path, "model_path", f"no model config for {name!r}",
+                     f"pass --model '{name}=DIR' (a folder holding its config.json)")
+
+
+def _config_of(name: str) -> str | None:
     if name in MODELS:
         root = Path(__file__).resolve().parent.parent.parent / "examples" / "models"
         return str(root / MODELS[name])
     packaged = aic_model_config(name)
-    if packaged is not None:
-        return str(packaged)
-    raise InputError(path, "model_path", f"no model config for {name!r}",
-                     f"pass --model '{name}=DIR' (a folder holding its config.json)")
+    return str(packaged) if packaged is not None else None
+
+
+def base_names(name: str) -> list[str]:
+    """The names `name`'s architecture may be found under: without a quantization suffix
+    (nvidia/Llama-3.1-8B-Instruct-FP8 → nvidia/Llama-3.1-8B-Instruct), then that model under
+    the one other organisation that has it in MODELS or the packaged configs
+    (→ meta-llama/Llama-3.1-8B-Instruct; zhipuai/GLM-5 → zai-org/GLM-5)."""
+    if "/" not in name or ".." in name:
+        return []
+    org, _, model = name.partition("/")
+    out = []
+    base = QUANT_SUFFIX.sub("", model)
+    if base != model:
+        out.append(f"{org}/{base}")
+    for m in dict.fromkeys((model, base)):
+        orgs = {k.partition("/")[0] for k in MODELS if k.partition("/")[2] == m}
+        orgs |= set(_packaged_orgs(m))
+        orgs.discard(org)
+        if len(orgs) == 1:
+            out.append(f"{orgs.pop()}/{m}")
+    return out
+
+
+def _packaged_orgs(model: str) -> list[str]:
+    """The organisations aiconfigurator-core packages a config of `model` under."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations or "/" in model or ".." in model:
+        return []
+    root = Path(list(spec.submodule_search_locations)[0]) / "model_configs"
+    return [p.name[: -len(f"--{model}_config.json")]
+            for p in root.glob(f"*--{model}_config.json")]
 
 
 def aic_model_config(name: str) -> Path | None:

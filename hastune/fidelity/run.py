@@ -59,6 +59,10 @@ LINKS: dict[str, tuple[dict, dict]] = {
                    {"bandwidth_GBps": 400.0, "latency_us": 5.0}),
     "b200-180gb": ({"bandwidth_GBps": 900.0, "latency_us": 3.0},
                    {"bandwidth_GBps": 400.0, "latency_us": 5.0}),
+    # GB200 NVL72: one NVLink 5 domain over the rack's 72 GPUs, so the trays ("nodes" of
+    # GPUS_PER_NODE here) reach each other over NVLink as well
+    "gb200-186gb": ({"bandwidth_GBps": 900.0, "latency_us": 3.0},
+                    {"bandwidth_GBps": 900.0, "latency_us": 3.0}),
     "a100-80gb": ({"bandwidth_GBps": 300.0, "latency_us": 3.0},
                   {"bandwidth_GBps": 200.0, "latency_us": 5.0}),
     "l40s-48gb": ({"bandwidth_GBps": 25.0, "latency_us": 10.0},

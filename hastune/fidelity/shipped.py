@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from hastune import engine_terms as et
 from hastune.errors import InputError
@@ -86,9 +87,8 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
         if key not in profiles:
             profiles[key] = resolve(rec, quiet=True)[0]
     except (InputError, ValueError) as exc:
-        why = (f"{exc.field + ': ' if exc.field else ''}{exc.problem}"
-               if isinstance(exc, InputError) else " ".join(str(exc).split()))
-        return {**base, "gpu": c.gpu, "status": "unsupported", "reason": why, **measured}
+        return {**base, "gpu": c.gpu, "status": "unsupported", "reason": _why(exc),
+                **measured}
     prof = profiles[key]
     terms = et.for_profile(rec.engine, prof)
     note = None
@@ -105,11 +105,24 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
             warnings.simplefilter("ignore", RuntimeWarning)
             s = simulate(c, prof, terms, rec)
     except ValueError as exc:  # the profile lacks what the row needs (a TP degree, …)
-        return {**base, "gpu": c.gpu, "status": "unsupported",
-                "reason": " ".join(str(exc).split()), **measured}
+        return {**base, "gpu": c.gpu, "status": "unsupported", "reason": _why(exc),
+                **measured}
     return {**base, "gpu": c.gpu, "status": "scored", "reason": note,
             "ttft_ms": {"measured": c.ttft_ms, "simulated": s.ttft_ms},
             "tpot_ms": {"measured": c.tpot_ms, "simulated": s.tpot_ms}}
+
+
+def _why(exc: Exception) -> str:
+    """A row's reason from what refused it: an InputError's field and problem; a deployment
+    the config schema refuses (a pydantic error, e.g. more GPUs in one replica than it
+    allows) by its field, message and value; anything else on one line."""
+    if isinstance(exc, InputError):
+        return f"{exc.field + ': ' if exc.field else ''}{exc.problem}"
+    if isinstance(exc, ValidationError):
+        e = exc.errors()[0]
+        loc = ".".join(str(x) for x in e.get("loc", ())) or "config"
+        return f"config {loc}: {e.get('msg', 'invalid')} (got {e.get('input')!r})"
+    return " ".join(str(exc).split())
 
 
 def cause(reason: str) -> str:

@@ -1,5 +1,6 @@
 """The LLM of a Hugging Face config: dense decoders (Llama, Mistral, Qwen2/3, Gemma 1/2/3,
-Phi-3) and MoE decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 with MLA)."""
+Phi-3) and MoE decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 with MLA, MiniMax-M2,
+gpt-oss)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ DENSE = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3
          "gemma": True, "gemma2": True, "gemma3_text": True, "qwen2_5_vl_text": False,
          "qwen2_vl_text": False, "internlm2": False}
 MOE = {"mixtral": False, "qwen2_moe": False, "qwen3_moe": False, "deepseek_v2": False,
-       "deepseek_v3": False}
+       "deepseek_v3": False, "kimi_k2": False, "minimax_m2": False, "gpt_oss": False}
+MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")  # Kimi K2: DeepSeek-V3's architecture
 DECODERS = {**DENSE, **MOE}
 
 # the most parameters a model may have (the largest published ones have about 2 × 10^12)
@@ -20,19 +22,37 @@ MAX_PARAMS = 1e14
 GATED_ACTS = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "gelu_new", "gelu_tanh"}
 # quantization_config.quant_method values whose weights are fp8
 FP8_METHODS = {"fp8", "fbgemm_fp8"}
+# gpt-oss as published: MXFP4 experts (4-bit values, a shared 8-bit exponent per 32), the
+# attention, router, embeddings and LM head in bf16; timed and sized as the precision a
+# recipe names (bf16 unless it names one), the checkpoint's format kept for the record
+OWN_FORMATS = {"mxfp4": "mxfp4"}
 
 
 def checkpoint_precision(c: Cfg) -> str:
-    """bf16, or fp8 for an fp8 quantization_config; anything else is refused."""
+    """bf16; fp8 for an fp8 quantization_config; nvfp4 for ModelOpt's NVFP4; mxfp4 for
+    gpt-oss's own format (OWN_FORMATS), int4 for compressed-tensors' weight-only int4 groups
+    (both kept for the record: timed as the precision a recipe names); anything else is
+    refused."""
     q = c.sub("quantization_config", None)
     if q is None:
         return "bf16"
     method = q.str("quant_method")
     if method in FP8_METHODS:
         return "fp8"
-    if method == "modelopt" and str(q.raw("quant_algo", "")).upper() == "FP8":
-        return "fp8"
-    raise q.error("quant_method", f"quantization {method!r} is not modelled (fp8 only)",
+    if method in OWN_FORMATS:
+        return OWN_FORMATS[method]
+    algo = str(q.raw("quant_algo", "")).upper()
+    if method == "modelopt" and algo in ("FP8", "NVFP4"):
+        return algo.lower()
+    if method == "compressed-tensors":  # weight-only int4 groups (Kimi K2.5's experts)
+        groups = q.raw("config_groups", None)
+        w = [g.get("weights") or {} for g in groups.values()] \
+            if isinstance(groups, dict) and all(isinstance(g, dict) for g in groups.values()) \
+            else []
+        if w and all(x.get("num_bits") == 4 and x.get("type") == "int" for x in w):
+            return "int4"
+    raise q.error("quant_method", f"quantization {method!r} is not modelled (fp8, NVFP4 "
+                  "only)",
                   "use the bf16 or fp8 checkpoint's config.json, or remove "
                   "quantization_config to model the bf16 weights")
 
@@ -81,10 +101,12 @@ def _sliding(c: Cfg, model_type: str, layers: int) -> tuple[int | None, tuple[in
 
 
 def _moe(c: Cfg, model_type: str, layers: int, hidden: int) -> dict:
-    if model_type == "mixtral":
+    if model_type in ("mixtral", "minimax_m2", "gpt_oss"):  # every layer MoE, no dense FFN
         ffn = c.int("intermediate_size")
+        shared = c.int("shared_intermediate_size", 0, minimum=0) \
+            if model_type == "minimax_m2" else 0
         return {"experts": c.int("num_local_experts"), "experts_per_token":
-                c.int("num_experts_per_tok"), "moe_ffn": ffn}
+                c.int("num_experts_per_tok"), "moe_ffn": ffn, "shared_ffn": shared}
     if model_type in ("qwen2_moe", "qwen3_moe"):
         step = c.int("decoder_sparse_step", 1)
         only = set(c.int_list("mlp_only_layers", []))
@@ -94,7 +116,7 @@ def _moe(c: Cfg, model_type: str, layers: int, hidden: int) -> dict:
         return {"experts": c.int("num_experts"), "experts_per_token": c.int("num_experts_per_tok"),
                 "moe_ffn": c.int("moe_intermediate_size"), "shared_ffn": shared,
                 "shared_gate": shared > 0, "dense_layers": layers - sparse}
-    # deepseek_v2 / v3
+    # deepseek_v2 / v3, kimi_k2
     first = c.int("first_k_dense_replace", 0, minimum=0)
     freq = c.int("moe_layer_freq", 1)
     sparse = sum(1 for i in range(layers) if i >= first and i % freq == 0)
@@ -139,16 +161,17 @@ def read_llm(c: Cfg, model_type: str, tie_default: bool | None = None,
     }
     if model_type in ("qwen2", "qwen2_moe", "qwen2_5_vl_text", "qwen2_vl_text"):
         fields["qkv_bias"] = True
-    elif model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "internlm2"):
+    elif model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "internlm2", "gpt_oss"):
         fields["qkv_bias"] = c.bool("attention_bias", False) if model_type != "internlm2" \
             else c.bool("bias", False)
-    if model_type in ("qwen3", "qwen3_moe", "gemma3_text"):
+    if model_type in ("qwen3", "qwen3_moe", "gemma3_text") or (
+            model_type == "minimax_m2" and c.bool("use_qk_norm", False)):
         fields["qk_norm"] = True
     if model_type in ("gemma2", "gemma3_text"):
         fields["norms_per_layer"] = 4
     if model_type in MOE:
         fields.update(_moe(c, model_type, layers, hidden))
-    if model_type in ("deepseek_v2", "deepseek_v3"):
+    if model_type in MLA_TYPES:
         fields.update(_mla(c))
     llm = LLMArch(**fields)
     if not llm.params <= MAX_PARAMS:

@@ -26,7 +26,10 @@ COMPOSITE = {"llava": ("text_config", "llama"), "llava_next": ("text_config", "l
              "qwen2_5_vl": ("text_config", "qwen2_5_vl_text"), "gemma3": ("text_config",
                                                                           "gemma3_text"),
              "internvl_chat": ("llm_config", None), "internvl": ("text_config", "qwen2"),
-             "ultravox": ("text_config", "llama"), "qwen2_audio": ("text_config", "qwen2")}
+             "ultravox": ("text_config", "llama"), "qwen2_audio": ("text_config", "qwen2"),
+             "kimi_k25": ("text_config", "deepseek_v3")}
+# composites whose encoder is not modelled: their LLM alone, for text requests
+TEXT_ONLY = {"kimi_k25": "MoonViT vision encoder"}
 SUPPORTED = sorted({*DECODERS, *COMPOSITE} - {"qwen2_5_vl_text", "qwen2_vl_text"})
 
 
@@ -156,6 +159,8 @@ def _composite(c: Cfg, mt: str, pre: Cfg | None):
         enc = encoders.siglip_gemma3(c, th)
     elif mt in ("internvl_chat", "internvl"):
         enc = encoders.internvit(c, th, pre, hf_native=mt == "internvl")
+    elif mt in TEXT_ONLY:
+        enc = None
     else:
         enc = encoders.whisper(c, th, mt)
     return llm, tmt, enc
@@ -175,6 +180,8 @@ def read_config(path: str | Path, name: str | None = None) -> ModelArch:
     note = f"read from {cfg_path.name} ({mt}" + (f", LLM {tmt}" if tmt != mt else "") + ")"
     if llm.mtp_layers:
         note += f"; {llm.mtp_layers} multi-token-prediction layer(s) not counted"
+    if mt in TEXT_ONLY:
+        note += f"; its {TEXT_ONLY[mt]} is not modelled: the LLM alone, text requests only"
     arch = ModelArch(label, llm, enc, note=note,
                      payloads=fit_payloads(enc.payload) if enc and enc.payload else (),
                      family=_family(mt, llm, enc), source=str(cfg_path))

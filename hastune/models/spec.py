@@ -14,14 +14,15 @@ import math
 from dataclasses import dataclass, field
 
 PRECISIONS = ("bf16", "fp8")
-BYTES_PER = {"bf16": 2.0, "fp8": 1.0}
+# NVFP4: 4-bit values with one fp8 scale per block of 16 (ModelOpt, Blackwell): 4.5 bits each
+BYTES_PER = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5625}
 
 
 def precision_bytes(precision: str) -> float:
     try:
         return BYTES_PER[precision]
     except KeyError:
-        raise ValueError(f"precision {precision!r}: use one of {', '.join(PRECISIONS)}") from None
+        raise ValueError(f"precision {precision!r}: use one of {', '.join(BYTES_PER)}") from None
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,10 @@ HEADER = list(ROWS[0])
 # how to spoil a measured row, and what the reason must then say
 SPOIL = {
     "disagg": ({"mode": "disagg"}, "disagg: no worker counts"),  # an agg row: no pools
-    "system": ({"system": "gb200"}, "unknown system"),
-    "quant": ({"gemm_quant_mode": "nvfp4"}, "gemm_quant_mode"),
+    "system": ({"system": "mi300x"}, "unknown system"),
+    "quant": ({"gemm_quant_mode": "int4_wo"}, "gemm_quant_mode"),
+    # NVFP4 on the file's Hopper GPUs: no FP4 tensor cores, no kernel rows
+    "nvfp4": ({"gemm_quant_mode": "nvfp4"}, "NVFP4 needs FP4 tensor cores (Blackwell"),
     "pp": ({"pp_size": "2"}, "pipeline parallel"),
     "model": ({"model_path": "nobody/No-Such-Model-7B"}, "no model config"),
     "number": ({"isl": "many"}, "not a number"),

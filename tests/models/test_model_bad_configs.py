@@ -146,7 +146,7 @@ def test_an_unknown_model_type_is_named(tmp_path, name, model_type):
     assert "docs/models.md" in err.fix
 
 
-@pytest.mark.parametrize("method", ["awq", "gptq", "bitsandbytes", "mxfp4", "compressed-tensors"])
+@pytest.mark.parametrize("method", ["awq", "gptq", "bitsandbytes", "hqq", "compressed-tensors"])
 def test_an_unsupported_quantization_is_named(tmp_path, method):
     data = _load("llama-3.1-8b")
     data["quantization_config"] = {"quant_method": method, "bits": 4}

@@ -1,0 +1,92 @@
+"""Rows of silicon_train.csv that issue 36's models, precisions and GPUs bring: MiniMax-M2.5,
+gpt-oss-120b and Kimi K2.5 (read from aiconfigurator-core's packaged configs), NVFP4 weights
+on B200, GB200 (`gb200`), a quantized checkpoint's name (…-FP8, …-NVFP4) read as its base
+model. One row of each is scored with finite simulated latencies; NVFP4 on Hopper comes back
+unsupported with the reason; base names follow the rule on generated names."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hastune.errors import InputError
+from hastune.fidelity import shipped
+from hastune.fidelity.rows import QUANT_SUFFIX, SYSTEMS, base_names, model_dir
+
+TRAIN = Path(__file__).resolve().parents[2] / "hastune" / "data" / "calibration" / "e2e" / \
+    "silicon_train.csv"
+ROWS = list(csv.DictReader(TRAIN.open()))
+
+# (model_path, system, gemm_quant_mode, backend, mode): the first such row of the file
+SCORED = [
+    ("MiniMaxAI/MiniMax-M2.5", "b200_sxm", "fp8", "vllm", "agg"),
+    ("MiniMaxAI/MiniMax-M2.5", "h200_sxm", "fp8", "vllm", "agg"),
+    ("openai/gpt-oss-120b", "b200_sxm", "nvfp4", "trtllm", "agg"),
+    ("moonshotai/Kimi-K2.5", "b200_sxm", "nvfp4", "vllm", "agg"),
+    ("meta-llama/Llama-3.1-70B", "b200_sxm", "nvfp4", "vllm", "agg"),
+    ("nvidia/DeepSeek-R1-NVFP4", "b200_sxm", "nvfp4", "trtllm", "agg"),
+    ("nvidia/Llama-3.1-8B-Instruct-FP8", "h200_sxm", "fp8", "vllm", "agg"),
+    ("deepseek-ai/DeepSeek-V3", "gb200", "nvfp4", "sglang", "disagg"),
+]
+HOPPER_FP4 = ("openai/gpt-oss-120b", "h200_sxm", "nvfp4", "vllm", "agg")
+
+
+def _first(key) -> dict:
+    for r in ROWS:
+        if (r["model_path"], r["system"], r["gemm_quant_mode"], r["backend"], r["mode"]) == key \
+                and (r["mode"] == "agg" or r["prefill_num_workers"]) \
+                and r.get("attention_dp_size", "1") in ("", "1") \
+                and r.get("prefill_attention_dp_size", "1") in ("", "1") \
+                and r.get("decode_attention_dp_size", "1") in ("", "1"):
+            return r
+    raise LookupError(key)
+
+
+def test_new_families_are_scored(tmp_path):
+    rows = [_first(k) for k in SCORED] + [_first(HOPPER_FP4)]
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, list(ROWS[0]))
+        w.writeheader()
+        w.writerows(rows)
+    got = {r["id"]: r for r in shipped.score(path)["rows"]}
+    for key, row in zip(SCORED, rows):
+        r = got[row["id"]]
+        assert r["status"] == "scored", (key, r["reason"])
+        assert r["gpu"] == SYSTEMS[key[1]]
+        for k in ("ttft_ms", "tpot_ms"):
+            assert math.isfinite(r[k]["simulated"]) and r[k]["simulated"] > 0, (key, r)
+    hop = got[rows[-1]["id"]]
+    assert hop["status"] == "unsupported"
+    assert "FP4 tensor cores (Blackwell" in hop["reason"]
+
+
+NAME = st.from_regex(r"[A-Za-z][A-Za-z0-9.]{0,12}(-[A-Za-z0-9]{1,6}){0,2}", fullmatch=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(org=st.from_regex(r"[a-z][a-z0-9-]{1,10}", fullmatch=True), name=NAME,
+       suffix=st.sampled_from(["-FP8", "-NVFP4", "-fp8", "-FP4", "-AWQ", ""]))
+def test_base_names(org, name, suffix):
+    full = f"{org}/{name}{suffix}"
+    got = base_names(full)
+    assert all(g != full and "/" in g for g in got)
+    base = QUANT_SUFFIX.sub("", f"{name}{suffix}")
+    if base != f"{name}{suffix}":
+        assert got[0] == f"{org}/{base}"  # the suffix dropped first, under its own org
+    assert all(g.partition("/")[2] in (f"{name}{suffix}", base) for g in got)
+    assert base_names(f"{org}/../{name}") == [] and base_names(name) == []
+
+
+def test_base_names_find_the_publishers_config():
+    assert "meta-llama/Llama-3.1-8B-Instruct" in base_names("nvidia/Llama-3.1-8B-Instruct-FP8")
+    assert "deepseek-ai/DeepSeek-R1" in base_names("nvidia/DeepSeek-R1-NVFP4")
+    assert base_names("zhipuai/GLM-5") == ["zai-org/GLM-5"]
+    with pytest.raises(InputError) as info:  # no config anywhere
+        model_dir("nobody/No-Such-Model-7B-FP8", {}, TRAIN)
+    assert info.value.field == "model_path"
