@@ -273,8 +273,8 @@ def build(
                               "Hugging Face config.json or a folder holding one"),
     gpu: str = typer.Option(..., "--gpu", help="a hastune GPU (h100-80gb, h200-141gb, "
                             "b200-180gb, ...) or a kernel-database system (b200_sxm, gb200, ...)"),
-    precision: str | None = typer.Option(None, "--precision", help="weights: bf16 | fp8 "
-                                         "(default: the checkpoint's)"),
+    precision: str | None = typer.Option(None, "--precision", help="weights: bf16 | fp8 | "
+                                         "nvfp4 (Blackwell) (default: the checkpoint's)"),
     kv_cache: str = typer.Option("bf16", "--kv-cache", help="KV cache: bf16 | fp8"),
     engine: str = typer.Option("vllm", "--engine", help="whose measured kernels: vllm | "
                                "sglang | trtllm"),
@@ -300,13 +300,14 @@ def build(
                          "give a file path in an existing folder")
     arch = load_model(model)
     ckpt = arch.llm.checkpoint_precision
-    weights = precision or (ckpt if ckpt in ("bf16", "fp8") else "bf16")
+    weights = precision or (ckpt if ckpt in ("bf16", "fp8", "nvfp4") else "bf16")
     try:
         prec = Precision(weights=weights, kv_cache=kv_cache)
     except ValidationError:
-        raise InputError(None, "--precision" if weights not in ("bf16", "fp8") else
+        raise InputError(None, "--precision" if weights not in ("bf16", "fp8", "nvfp4") else
                          "--kv-cache", f"unknown precision {weights}/{kv_cache}",
-                         "use bf16 or fp8") from None
+                         "use bf16, fp8 or nvfp4 (Blackwell) weights and a bf16 or fp8 "
+                         "KV cache") from None
     try:
         eng = Engine(name=engine, version=engine_version)
     except ValidationError:

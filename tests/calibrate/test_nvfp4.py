@@ -57,3 +57,23 @@ def test_nvfp4_export_needs_an_nvfp4_checkpoint(engine, ckpt, refused):
         check_model(t, engine)  # type: ignore[arg-type]
     assert info.value.field == "precision.weights" and "NVFP4 checkpoint" in info.value.fix
     check_model(t, "runners")  # type: ignore[arg-type]  # the CPU engine: no such weights
+
+
+def test_profile_build_cli(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "hastune", "profile", "build", *args],
+                              capture_output=True, text=True, timeout=300)
+
+    model = str(EXAMPLES / "llama-3.1-8b")
+    ok = cli("--model", model, "--gpu", "b200-180gb", "--precision", "nvfp4", "--out",
+             str(tmp_path / "p.yaml"), "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["name"] == "llama-3.1-8b@b200-180gb+nvfp4"
+    bad = cli("--model", model, "--gpu", "h100-80gb", "--precision", "nvfp4", "--out",
+              str(tmp_path / "h.yaml"))
+    assert bad.returncode == 2 and "FP4 tensor cores" in " ".join(bad.stderr.split())
+    assert not (tmp_path / "h.yaml").exists()
