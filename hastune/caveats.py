@@ -20,6 +20,9 @@ REQUEST_CEILING_RPS = {"trtllm": 35.0}
 # (docs/fidelity.md; `hastune fidelity ... --json`, aggregate.engine.<e>.kernels.ttft.bias_pct).
 KERNELS_TTFT_BIAS_PCT = {"vllm": -15.8, "sglang": -59.9, "trtllm": -22.4}
 LABEL = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+# architectures whose instances serve prompts and decodes both (the measured `agg` runs);
+# the rest hand requests between pools (the `disagg` runs)
+AGGREGATED = ("nodg", "padg")
 
 
 def closed_loop(extra: dict) -> list[str]:
@@ -32,11 +35,12 @@ def closed_loop(extra: dict) -> list[str]:
             "may still drift in a longer run (docs/fidelity.md, how long a closed loop runs)"]
 
 
-def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None = None
-            ) -> list[str]:
+def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None = None,
+            moe: bool | None = None) -> list[str]:
     """The caveats of a result of `config` at `rate_rps` (a goodput, or the rate of one run)
     under the engine terms `terms` (hastune.engine_terms.record) on a kernel-table profile,
-    with `in_flight` requests in the system there (None: not known)."""
+    with `in_flight` requests in the system there (None: not known), for a MoE model or a
+    dense one (`moe`; None: not known)."""
     out = []
     engine, on = terms["engine"], bool(terms["on"])
     label = LABEL.get(engine, engine)
@@ -52,8 +56,12 @@ def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None =
     if on and terms.get("fitted_for") == "pooled":
         out.append(f"{label}'s engine terms were fitted on its runs on another GPU "
                    f"({terms.get('fitted_on', '')}), not on {terms.get('gpu')}: unchecked here")
-    cap = REQUEST_CEILING_RPS.get(engine)
     n = arch.streams(config)  # the instances that stream tokens, one API server each
+    if on:
+        out += measured_error(engine, str(terms.get("gpu", "")), moe,
+                              "agg" if arch.name in AGGREGATED else "disagg",
+                              None if in_flight is None else in_flight / n)
+    cap = REQUEST_CEILING_RPS.get(engine)
     if cap is not None and rate_rps > cap * n:
         out.append(
             f"{rate_rps:.1f} req/s is {rate_rps / n:.1f} req/s per instance that streams "
@@ -79,6 +87,27 @@ def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None =
                    "them, and with many clients SGLang's TTFT there can be higher than "
                    "simulated (docs/fidelity.md)")
     return out
+
+
+def measured_error(engine: str, gpu: str, moe: bool | None, mode: str,
+                   per_stream: float | None) -> list[str]:
+    """The error of the engine terms on measured runs of models they were not fitted on, in
+    the finest regime of this result that holds enough of them (hastune.fidelity.regimes:
+    engine, GPU class, dense / MoE, aggregated or not, requests in flight per instance)."""
+    from hastune.regimes import lookup, words
+
+    got = lookup(engine, gpu, moe, mode, per_stream)
+    if got is None:
+        return []
+    k, s = got
+    if s["ttft_median_abs_pct"] is None or s["tpot_median_abs_pct"] is None:
+        return []
+    return [f"measured error, {words(k)}: over {s['rows']} runs of models the engine terms "
+            f"were not fitted on, the simulated mean TTFT was off by "
+            f"{s['ttft_median_abs_pct']:.0f}% (median |error|, bias "
+            f"{s['ttft_bias_pct']:+.0f}%) and TPOT by {s['tpot_median_abs_pct']:.0f}% "
+            f"({s['tpot_bias_pct']:+.0f}%); read this result's latencies, and the goodput "
+            "they bound, within that (docs/fidelity.md, the scorecard)"]
 
 
 def _simulating(term: str) -> str:

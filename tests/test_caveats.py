@@ -64,8 +64,13 @@ def test_caveats_say_what_the_result_lies_beyond(cfg, engine, terms, pooled, rat
         terms and cfg.architecture != "nodg")
     assert any("nodg only" in c for c in out) == (
         engine == "sglang" and terms and cfg.architecture != "nodg")
+    from hastune.regimes import lookup
+
+    mode = "agg" if cfg.architecture in ("nodg", "padg") else "disagg"
+    quoted = [c for c in out if c.startswith("measured error")]
+    assert bool(quoted) == (terms and lookup(engine, "a100-80gb", None, mode, None) is not None)
     if engine == "vllm" and terms and not pooled and cfg.architecture == "nodg":
-        assert out == []
+        assert out == quoted
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +120,9 @@ def test_a_measured_profile_gets_no_caveats_and_the_cli_prints_them(tmp_path):
     # terms on, H100's own: the ceiling and the per-stream wait past the fitted clients (an
     # overloaded open loop holds thousands)
     out = json.loads(r.stdout)["caveats"]
-    assert len(out) == 2 and "40.0 req/s per instance" in out[0]
-    assert "past the 128 clients" in out[1]
+    assert len(out) == 3 and out[0].startswith("measured error, TensorRT-LLM")
+    assert "40.0 req/s per instance" in out[1]
+    assert "past the 128 clients" in out[2]
 
 
 @given(cfg=configs(), on=st.booleans(), wait=st.sampled_from((0.0, 3.05e-3)),

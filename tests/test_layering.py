@@ -39,6 +39,7 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
                          "hastune.recipe", "hastune.workload", "hastune.space", "hastune.runs",
                          "hastune.goodput", "hastune.repeats", "hastune.stability",
                          "hastune.engine_fitted", "hastune.engine_terms", "hastune.caveats",
+                         "hastune.regimes",  # a result's measured error by regime (issue 36)
                          "hastune.worklimit", "hastune.standin",
                          "hastune.cost")),  # prices and the objective (issue 37)
     # device primitives with torch passed in (green contexts): nothing of hastune

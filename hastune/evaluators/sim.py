@@ -360,7 +360,17 @@ class Evaluation:
         out = closed_loop(run.extra) if run is not None else []
         if not engine_terms.applies(self.profile):
             return out
-        return caveats(self.terms_record, config, rate_rps, self.in_flight(rate_rps, run)) + out
+        return caveats(self.terms_record, config, rate_rps, self.in_flight(rate_rps, run),
+                       moe=self._moe()) + out
+
+    def _moe(self) -> bool | None:
+        """Whether the recipe's model is MoE (None: its config cannot be read here)."""
+        from hastune.model_ref import load_arch
+
+        try:
+            return bool(load_arch(self.recipe).llm.moe)
+        except Exception:  # noqa: BLE001 - a caveat is not worth an error
+            return None
 
     def in_flight(self, rate_rps: float, run: RunResult | None) -> float | None:
         """The requests in flight at `rate_rps`, each one's own included: in closed loop its
