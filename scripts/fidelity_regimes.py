@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hastune import regimes as table_of
 from hastune.fidelity import regimes
+from hastune.jsonio import write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "hastune" / "data" / "calibration" / "e2e" / "silicon_train.csv"
@@ -38,7 +39,7 @@ def main() -> None:
     print(f"{len(table['regimes'])} regimes, {time.perf_counter() - t0:.0f} s; left out: "
           f"{', '.join(table['excluded_models'])}")
     if args.write:
-        table_of.TABLE.write_text(json.dumps(table, indent=1) + "\n")
+        write_atomic(table_of.TABLE, json.dumps(table, indent=1) + "\n")
         print(f"wrote {table_of.TABLE}")
 
 

@@ -65,6 +65,7 @@ class Case:
     tpot_ms: float
     line: int
     pools: Pools | None = None  # a disaggregated run's pools (tp: its decode workers' TP)
+    ep: bool = False    # an aggregated MoE run's experts whole on each GPU (MoE EP = TP)
     # silicon_data_source: where the run came from ("" in a file without the column); the
     # benchmark-client rules key on it (hastune.fidelity.harness)
     source: str = ""
@@ -119,8 +120,16 @@ def _rows(path: str | Path):
 def read_cases(path: str | Path) -> list[Case]:
     """The file's aggregated runs; InputError naming the line and column of anything wrong."""
     p, rows = _rows(path)
-    out = [_case(row, p, line) for line, row in rows
-           if (row.get("mode") or "").strip() == "agg"]  # disaggregated rows: not one instance
+    out = []
+    for line, row in rows:
+        if (row.get("mode") or "").strip() != "agg":  # disaggregated rows: not one instance
+            continue
+        try:
+            out.append(_case(row, p, line))
+        except Unmodelled as exc:
+            raise InputError(p, f"line {line}: attention_dp_size, moe_tp_size, moe_ep_size",
+                             str(exc), "drop the row, or score the file with --shipped, "
+                             "which reports such rows as unsupported") from None
     if not out:
         raise InputError(p, "mode", "no aggregated (mode agg) rows", "give aggregated runs")
     return out
@@ -135,8 +144,31 @@ def _case(row: dict, p: Path, line: int) -> Case:
     if float(pp) != 1:
         raise InputError(p, f"line {line}: pp_size", "pipeline parallel runs are not "
                          "modelled here", "drop the row")
-    return Case(**fields, clients=int(_num(row, "batch_size", p, line, True)),
-                tp=int(_num(row, "tp_size", p, line, True)))
+    tp = int(_num(row, "tp_size", p, line, True))
+    return Case(**fields, clients=int(_num(row, "batch_size", p, line, True)), tp=tp,
+                ep=_agg_experts(row, tp, p, line))
+
+
+def _agg_experts(row: dict, tp: int, p: Path, line: int) -> bool:
+    """An aggregated run's MoE layout as nodg runs it: experts split over the TP group (MoE
+    EP 1: False) or whole on each GPU of it (MoE EP = TP, MoE TP 1: True); Unmodelled for
+    attention-DP and for a mixed MoE TP × EP (nodg's instance is one TP group)."""
+    cell = {k: (v or "").strip() for k, v in row.items() if isinstance(k, str)}
+
+    def num(k: str) -> int:
+        return int(_num(row, k, p, line, True)) if cell.get(k) else 1
+
+    dp, mtp, mep = num("attention_dp_size"), num("moe_tp_size"), num("moe_ep_size")
+    if dp != 1:
+        raise Unmodelled(f"agg: attention-DP not modelled (attention-DP {dp} × TP {tp}, "
+                         f"MoE TP {mtp} × EP {mep})")
+    if mep == 1:
+        return False
+    if mep == tp and mtp == 1:
+        return True
+    raise Unmodelled(f"agg: MoE TP × EP not modelled (MoE TP {mtp} × EP {mep} over TP {tp}; "
+                     "nodg splits an instance's experts over its TP group or holds them "
+                     "whole: EP 1 or EP = TP)")
 
 
 def _common(row: dict, p: Path, line: int) -> dict:

@@ -164,9 +164,9 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     prof = et.apply(base, terms) if terms is not None else base
     cluster: Cluster = recipe.cluster
     if case.pools is None:
-        cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=case.tp, pp=1),
-                                 terms)
-        pre = dec = prof.for_tp(case.tp)
+        cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=case.tp, pp=1,
+                                            expert_parallel=case.ep), terms)
+        pre = dec = prof.for_parallel(case.tp, cfg.ep)
         sim = NoDGSimulator(prof, cluster, cfg, warmup=0.0)
     else:
         fcfg = fudg_config(case)

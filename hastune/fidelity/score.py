@@ -136,7 +136,7 @@ class Fitter:
                 if key not in profiles:
                     profiles[key] = resolve_profile(rec, quiet=True)[0]
                 prof = profiles[key]
-                prof.for_tp(c.tp)  # the TP degree the row needs (ValueError: none)
+                prof.for_parallel(c.tp, c.tp if c.ep else 1)  # the TP (and EP) the row needs
             except (InputError, ValueError) as exc:
                 if strict:
                     raise

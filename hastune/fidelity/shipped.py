@@ -127,9 +127,9 @@ def _why(exc: Exception) -> str:
 
 def cause(reason: str) -> str:
     """A reason's kind, to count rows by: the field it names (a row's line number dropped),
-    or what a profile lacks; a disaggregated deployment fudg does not model by what it lacks
-    (its numbers dropped)."""
-    if reason.startswith("disagg: "):
+    or what a profile lacks; a deployment nodg or fudg does not model by what it lacks (its
+    numbers dropped)."""
+    if reason.startswith(("disagg: ", "agg: ")):
         return reason.split(" (")[0]
     if "tensor-parallel variant" in reason:
         return "profile: no such tensor-parallel degree"

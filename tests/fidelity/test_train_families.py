@@ -90,3 +90,32 @@ def test_base_names_find_the_publishers_config():
     with pytest.raises(InputError) as info:  # no config anywhere
         model_dir("nobody/No-Such-Model-7B-FP8", {}, TRAIN)
     assert info.value.field == "model_path"
+
+
+def _layout(tp, dp, mtp, mep):
+    return next(r for r in ROWS if r["mode"] == "agg" and (
+        r["tp_size"], r["attention_dp_size"], r["moe_tp_size"], r["moe_ep_size"])
+        == (tp, dp, mtp, mep))
+
+
+def test_agg_moe_layouts(tmp_path):
+    """MoE EP = TP runs with whole experts per GPU (nodg's expert_parallel); attention-DP and a
+    mixed MoE TP × EP come back unsupported, each with its layout in the reason."""
+    from hastune.fidelity.rows import read_rows
+
+    rows = [_layout("8", "1", "1", "8"), _layout("8", "1", "8", "1"),
+            _layout("1", "8", "1", "8"), _layout("16", "1", "4", "4")]
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, list(ROWS[0]))
+        w.writeheader()
+        w.writerows(rows)
+    got = read_rows(path)
+    assert got[0].case is not None and got[0].case.ep and got[0].case.tp == 8
+    assert got[1].case is not None and not got[1].case.ep
+    assert got[2].case is None and "agg: attention-DP not modelled" in str(got[2].reason)
+    assert got[3].case is None and "MoE TP 4 × EP 4 over TP 16" in str(got[3].reason)
+    res = {r["id"]: r for r in shipped.score(path, only=lambda r: r.id == rows[0]["id"])["rows"]}
+    r = res[rows[0]["id"]]
+    assert r["status"] == "scored", r["reason"]
+    assert math.isfinite(r["tpot_ms"]["simulated"])

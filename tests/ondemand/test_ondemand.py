@@ -167,8 +167,11 @@ def test_tune_runs_end_to_end_building_the_profile(tmp_path, monkeypatch, model,
     said = [ln[len("# caveat: "):] for ln in head.splitlines() if ln.startswith("# caveat: ")]
     assert said == s["caveats"]
     assert any(c.startswith("engine terms off") for c in said) == (not terms)
+    # the terms' measured error in this result's regime (hastune.regimes), with them on
+    assert any(c.startswith("measured error, vLLM") for c in said) == terms
     if terms:
-        assert all("in flight per instance" in c for c in said)
+        assert all("in flight per instance" in c for c in said
+                   if not c.startswith("measured error"))
     if terms:  # vLLM's own H100 terms
         assert s["engine_terms"]["fitted_for"] == gpu
     assert s["evaluations"] >= 1 and s["best_config"]["architecture"] == arch
