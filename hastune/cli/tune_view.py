@@ -257,6 +257,8 @@ def deploy_line(s: dict) -> str | None:
     if not d or (d.get("written") and not d.get("instead_of_best")):
         return None
     engine = d["engine"]
+    if d.get("refused"):  # the engine refuses the target itself, whatever the configuration
+        return f"deploy/{engine}: nothing to launch was written: {d['why']}"
     why = ((s.get("engines") or {}).get(engine) or {}).get("why") or d.get("why") or ""
     if d.get("instead_of_best"):
         g, best = d["goodput_rps"], s["goodput_rps"]

@@ -205,8 +205,11 @@ def write_deploy(out: Path, config_file: Path, cfg: Any, target: Any,
     it names SGLang; none for TensorRT-LLM, said in the summary). Where that engine cannot
     launch the best as tuned, the folder holds the best evaluated configuration it can
     (summary's `engines`), its config beside the scripts and the summary saying so; with
-    none, nothing is written and the folder is not named as written."""
-    from hastune.export import export
+    none, nothing is written and the folder is not named as written. What the engine refuses
+    of the target itself (export.check_model: NVFP4 weights without an NVFP4 checkpoint, say)
+    is said in the summary, and the tune's other outputs are written all the same."""
+    from hastune.errors import InputError
+    from hastune.export import check_model, export
 
     engine = target.engine.name
     if engine not in ("vllm", "sglang"):
@@ -214,6 +217,12 @@ def write_deploy(out: Path, config_file: Path, cfg: Any, target: Any,
                              "why": f"hastune export has no {engine} launch files"}
         return []
     where = out / "deploy" / engine
+    try:
+        check_model(target, engine)
+    except InputError as exc:
+        summary["deploy"] = {"engine": engine, "written": False, "refused": True,
+                             "why": f"{exc.field}: {exc.problem}. Fix: {exc.fix}"}
+        return []
     res = export(cfg, target, engine, where, config_file=str(config_file))
     summary["deploy"] = {"engine": engine, "dir": str(res.out), "written": res.written,
                          "not_expressed": res.plan.notes, "blocking": res.plan.blocking}

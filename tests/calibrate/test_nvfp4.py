@@ -77,3 +77,20 @@ def test_profile_build_cli(tmp_path):
               str(tmp_path / "h.yaml"))
     assert bad.returncode == 2 and "FP4 tensor cores" in " ".join(bad.stderr.split())
     assert not (tmp_path / "h.yaml").exists()
+
+
+def test_tune_writes_its_outputs_and_says_why_no_launch_files(tmp_path):
+    """A tune whose target the engine refuses (NVFP4 weights, a bf16 checkpoint) records why
+    in the summary, writes no deploy folder and goes on to its other outputs."""
+    from hastune.cli.tune_view import deploy_line
+    from hastune.tune.outputs import write_deploy
+
+    t = SimpleNamespace(engine=SimpleNamespace(name="vllm"), engine_model="org/Model",
+                        checkpoint_precision="bf16", precision=SimpleNamespace(weights="nvfp4"))
+    summary: dict = {"goodput_rps": 1.0}
+    assert write_deploy(tmp_path, tmp_path / "best_config.yaml", None, t, summary) == []
+    d = summary["deploy"]
+    assert d["written"] is False and d["refused"] and "NVFP4 checkpoint" in d["why"]
+    assert not (tmp_path / "deploy").exists()
+    line = deploy_line(summary)
+    assert line is not None and "precision.weights" in line and "--target" not in line
