@@ -249,7 +249,7 @@ def judge(r: Result, args: list, file: Path | str, key: str | None,
     what = " ".join(map(str, args))[-300:]
     assert "Traceback" not in r.stderr + r.stdout, f"{what}: {r.stderr[-3000:]}"
     assert r.code in codes, f"{what}: exit {r.code}: {r.stderr[-2000:]} {r.stdout[-500:]}"
-    assert r.wall_s < LIMIT_S, f"{what}: answered in {r.wall_s:.1f} s"
+    assert r.cpu_s < LIMIT_S, f"{what}: answered in {r.cpu_s:.1f} CPU-s"
     obj = json.loads(r.stdout)  # the whole of stdout: one JSON object
     assert isinstance(obj, dict), obj
     if r.code != 2:
