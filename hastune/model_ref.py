@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
@@ -38,11 +38,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+Weights = Literal["bf16", "fp8", "nvfp4"]
+WEIGHTS: tuple[str, ...] = get_args(Weights)  # what precision.weights may be
+
+
 class Precision(_Strict):
     """Weights and KV cache: bf16 or fp8 (`precision: fp8` = fp8 weights, bf16 KV cache);
     weights may also be nvfp4 (Blackwell GPUs, an NVFP4 checkpoint)."""
 
-    weights: Literal["bf16", "fp8", "nvfp4"] = "bf16"
+    weights: Weights = "bf16"
     kv_cache: Literal["bf16", "fp8"] = "bf16"
 
     @model_validator(mode="before")
@@ -123,7 +127,7 @@ def precision_of(recipe: Recipe, arch: ModelArch | None = None) -> Precision:
     if recipe.precision is not None:
         return recipe.precision
     ckpt = arch.llm.checkpoint_precision if arch is not None else "bf16"
-    return Precision(weights=ckpt if ckpt in ("bf16", "fp8", "nvfp4") else "bf16")
+    return Precision(weights=ckpt if ckpt in WEIGHTS else "bf16")
 
 
 def shipped_profile(recipe: Recipe) -> Path | None:

@@ -292,7 +292,7 @@ def build(
     from pydantic import ValidationError
 
     from hastune.calibrate import ondemand
-    from hastune.model_ref import Engine, Precision
+    from hastune.model_ref import WEIGHTS, Engine, Precision
     from hastune.models import load_model
 
     if not out.parent.is_dir() or out.is_dir():
@@ -300,11 +300,11 @@ def build(
                          "give a file path in an existing folder")
     arch = load_model(model)
     ckpt = arch.llm.checkpoint_precision
-    weights = precision or (ckpt if ckpt in ("bf16", "fp8", "nvfp4") else "bf16")
+    weights = precision or (ckpt if ckpt in WEIGHTS else "bf16")
     try:
         prec = Precision(weights=weights, kv_cache=kv_cache)
     except ValidationError:
-        raise InputError(None, "--precision" if weights not in ("bf16", "fp8", "nvfp4") else
+        raise InputError(None, "--precision" if weights not in WEIGHTS else
                          "--kv-cache", f"unknown precision {weights}/{kv_cache}",
                          "use bf16, fp8 or nvfp4 (Blackwell) weights and a bf16 or fp8 "
                          "KV cache") from None

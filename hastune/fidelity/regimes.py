@@ -19,17 +19,14 @@ FITTED_FILE = Path(__file__).resolve().parent.parent / "data" / "calibration" / 
     "silicon_llama31.csv"
 
 
-def _errors(rows: list[dict], k: str) -> np.ndarray:
-    return np.array([r[k]["simulated"] / r[k]["measured"] - 1.0 for r in rows
-                     if r[k]["measured"] and r[k]["simulated"] is not None
-                     and np.isfinite(r[k]["simulated"])])
-
-
 def summary(rows: list[dict]) -> dict[str, Any]:
-    """rows, and of TTFT and TPOT the median |error| and the median signed error, %."""
+    """rows (scored), and of TTFT and TPOT the median |error| and the median signed error, %
+    (hastune.fidelity.shipped.errors)."""
+    from hastune.fidelity.shipped import errors
+
     out: dict[str, Any] = {"rows": len(rows)}
     for k in ("ttft_ms", "tpot_ms"):
-        e = _errors(rows, k)
+        e = errors(rows, k)
         name = k[:4]
         out[f"{name}_median_abs_pct"] = round(float(np.median(np.abs(e))) * 100, 1) \
             if e.size else None
@@ -39,10 +36,9 @@ def summary(rows: list[dict]) -> dict[str, Any]:
 
 def fitted_models(path: Path = FITTED_FILE) -> set[str]:
     """The models of the measured runs the shipped terms were fitted on."""
-    import csv
+    from hastune.fidelity.rows import read_rows
 
-    with path.open(newline="") as fh:
-        return {(r.get("model_path") or "").strip() for r in csv.DictReader(fh)}
+    return {r.model for r in read_rows(path)}
 
 
 def build(scored: list[dict], regime_of: dict[str, dict], excluded: set[str]) -> dict:

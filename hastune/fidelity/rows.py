@@ -150,24 +150,37 @@ def _case(row: dict, p: Path, line: int) -> Case:
 
 
 def _agg_experts(row: dict, tp: int, p: Path, line: int) -> bool:
-    """An aggregated run's MoE layout as nodg runs it: experts split over the TP group (MoE
-    EP 1: False) or whole on each GPU of it (MoE EP = TP, MoE TP 1: True); Unmodelled for
+    """An aggregated run's MoE layout as nodg runs it (`_experts_whole`); Unmodelled for
     attention-DP and for a mixed MoE TP × EP (nodg's instance is one TP group)."""
     cell = {k: (v or "").strip() for k, v in row.items() if isinstance(k, str)}
 
     def num(k: str) -> int:
         return int(_num(row, k, p, line, True)) if cell.get(k) else 1
 
-    dp, mtp, mep = num("attention_dp_size"), num("moe_tp_size"), num("moe_ep_size")
+    mtp, mep = num("moe_tp_size"), num("moe_ep_size")
+    _no_attention_dp("agg", "", num("attention_dp_size"), tp, f", MoE TP {mtp} × EP {mep}")
+    return _experts_whole("agg", "", tp, mtp, mep)
+
+
+def _no_attention_dp(mode: str, at: str, dp: int, tp: int, more: str = "") -> None:
+    """Unmodelled where a group (`at`: "" or "prefill " / "decode ") runs attention-DP; `more`
+    is added to the layout the reason gives."""
     if dp != 1:
-        raise Unmodelled(f"agg: attention-DP not modelled (attention-DP {dp} × TP {tp}, "
-                         f"MoE TP {mtp} × EP {mep})")
-    if mep == 1:
+        raise Unmodelled(f"{mode}: attention-DP not modelled ({at}attention-DP {dp} × TP {tp}"
+                         f"{more})")
+
+
+def _experts_whole(mode: str, at: str, tp: int, mtp: int, mep: int) -> bool:
+    """A TP group's MoE layout as nodg (`mode` agg) or fudg (disagg) runs it: experts split
+    over the group (MoE EP 1, MoE TP 1 or TP: False) or whole on each of its GPUs (MoE EP =
+    TP > 1, MoE TP 1: True); Unmodelled for a mixed MoE TP × EP."""
+    if mep == 1 and mtp in (1, tp):
         return False
-    if mep == tp and mtp == 1:
+    if mep == tp and mtp == 1 and tp > 1:
         return True
-    raise Unmodelled(f"agg: MoE TP × EP not modelled (MoE TP {mtp} × EP {mep} over TP {tp}; "
-                     "nodg splits an instance's experts over its TP group or holds them "
+    sim, group = ("nodg", "an instance's") if mode == "agg" else ("fudg", "a pool's")
+    raise Unmodelled(f"{mode}: MoE TP × EP not modelled ({at}MoE TP {mtp} × EP {mep} over TP "
+                     f"{tp}; {sim} splits {group} experts over its TP group or holds them "
                      "whole: EP 1 or EP = TP)")
 
 
@@ -224,20 +237,9 @@ def _disagg_case(row: dict, p: Path, line: int) -> Case:
         if v["pp_size"] != 1:
             raise Unmodelled(f"disagg: pipeline parallel not modelled ({s} PP {v['pp_size']})")
     for s, v in side.items():
-        if v["attention_dp_size"] != 1:
-            raise Unmodelled(f"disagg: attention-DP not modelled ({s} attention-DP "
-                             f"{v['attention_dp_size']} × TP {v['tp_size']})")
-    ep = {}
-    for s, v in side.items():
-        tp, mtp, mep = v["tp_size"], v["moe_tp_size"], v["moe_ep_size"]
-        if mep == 1 and mtp in (1, tp):  # experts split over the TP group (or no MoE)
-            ep[s] = False
-        elif mep == tp and mtp == 1 and tp > 1:  # whole experts on each GPU of the group
-            ep[s] = True
-        else:
-            raise Unmodelled(f"disagg: MoE TP × EP not modelled ({s} MoE TP {mtp} × EP {mep} "
-                             f"over TP {tp}; fudg splits a pool's experts over its TP group "
-                             "or holds them whole: EP 1 or EP = TP)")
+        _no_attention_dp("disagg", f"{s} ", v["attention_dp_size"], v["tp_size"])
+    ep = {s: _experts_whole("disagg", f"{s} ", v["tp_size"], v["moe_tp_size"],
+                            v["moe_ep_size"]) for s, v in side.items()}
     d = side["decode"]
     if cell.get("decode_batch_size"):  # clients per decode worker and attention-DP rank
         clients = d["num_workers"] * d["attention_dp_size"] * int(
@@ -306,12 +308,9 @@ def base_names(name: str) -> list[str]:
 
 def _packaged_orgs(model: str) -> list[str]:
     """The organisations aiconfigurator-core packages a config of `model` under."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("aiconfigurator_core")
-    if spec is None or not spec.submodule_search_locations or "/" in model or ".." in model:
+    root = _model_configs()
+    if root is None or "/" in model or ".." in model:
         return []
-    root = Path(list(spec.submodule_search_locations)[0]) / "model_configs"
     return [p.name[: -len(f"--{model}_config.json")]
             for p in root.glob(f"*--{model}_config.json")]
 
@@ -319,17 +318,22 @@ def _packaged_orgs(model: str) -> list[str]:
 def aic_model_config(name: str) -> Path | None:
     """aiconfigurator-core's packaged config.json of Hugging Face model `name`, or None (not
     installed, or not packaged). Only its model_configs folder is read."""
+    root = _model_configs()
+    if root is None or "/" not in name or ".." in name:
+        return None
+    org, _, model = name.partition("/")
+    p = root / f"{org}--{model}_config.json"
+    return p if p.is_file() else None
+
+
+def _model_configs() -> Path | None:
+    """aiconfigurator-core's model_configs folder (not imported), or None: not installed."""
     import importlib.util
 
-    if "/" not in name or ".." in name:
-        return None
     spec = importlib.util.find_spec("aiconfigurator_core")
     if spec is None or not spec.submodule_search_locations:
         return None
-    org, _, model = name.partition("/")
-    p = Path(list(spec.submodule_search_locations)[0]) / "model_configs" / \
-        f"{org}--{model}_config.json"
-    return p if p.is_file() else None
+    return Path(list(spec.submodule_search_locations)[0]) / "model_configs"
 
 
 @dataclass(frozen=True)

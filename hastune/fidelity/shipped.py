@@ -137,14 +137,20 @@ def cause(reason: str) -> str:
     return reason.split(":")[0].split(" (")[0]
 
 
+def errors(scored: list[dict], k: str) -> np.ndarray:
+    """The relative errors (simulated / measured − 1) of `k` ("ttft_ms" or "tpot_ms") over
+    scored rows that have a measurement and a finite simulation."""
+    return np.array([r[k]["simulated"] / r[k]["measured"] - 1.0 for r in scored
+                     if r[k]["measured"] and np.isfinite(r[k]["simulated"])])
+
+
 def summary(rows: list[dict]) -> dict[str, Any]:
     """An engine's rows: how many, how many scored, and of those the median |error|, its P90
     and the median signed error (bias) of mean TTFT and TPOT, in percent."""
     scored = [r for r in rows if r["status"] == "scored"]
     out: dict[str, Any] = {"rows": len(rows), "scored": len(scored)}
     for k in ("ttft_ms", "tpot_ms"):
-        errs = np.array([r[k]["simulated"] / r[k]["measured"] - 1.0 for r in scored
-                         if r[k]["measured"] and np.isfinite(r[k]["simulated"])])
+        errs = errors(scored, k)
         name = k[:4]
         out[f"{name}_median_abs_pct"] = float(np.median(np.abs(errs))) * 100 if errs.size \
             else None
