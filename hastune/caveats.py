@@ -92,7 +92,7 @@ def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None =
 def measured_error(engine: str, gpu: str, moe: bool | None, mode: str,
                    per_stream: float | None) -> list[str]:
     """The error of the engine terms on measured runs of models they were not fitted on, in
-    the finest regime of this result that holds enough of them (hastune.fidelity.regimes:
+    the finest regime of this result that holds enough of them (hastune.regimes:
     engine, GPU class, dense / MoE, aggregated or not, requests in flight per instance)."""
     from hastune.regimes import lookup, words
 
@@ -102,7 +102,7 @@ def measured_error(engine: str, gpu: str, moe: bool | None, mode: str,
     k, s = got
     if s["ttft_median_abs_pct"] is None or s["tpot_median_abs_pct"] is None:
         return []
-    return [f"measured error, {words(k)}: over {s['rows']} runs of models the engine terms "
+    return [f"measured error, {words(k, LABEL)}: over {s['rows']} runs of models the engine terms "
             f"were not fitted on, the simulated mean TTFT was off by "
             f"{s['ttft_median_abs_pct']:.0f}% (median |error|, bias "
             f"{s['ttft_bias_pct']:+.0f}%) and TPOT by {s['tpot_median_abs_pct']:.0f}% "

@@ -70,11 +70,11 @@ def lookup(engine: str, gpu: str, moe: bool | None, mode: str, per_stream: float
     return None
 
 
-def words(k: str) -> str:
-    """A regime key in words: 'vLLM on Blackwell, MoE, aggregated, 17-128 in flight'."""
+def words(k: str, labels: dict[str, str]) -> str:
+    """A regime key in words, each engine by its label in `labels` (hastune.caveats.LABEL):
+    'vLLM on Blackwell, MoE, aggregated, 17-128 requests in flight per instance'."""
     engine, cls, kind, mode, bnd = k.split("|")
-    label = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}.get(engine, engine)
-    parts = [f"{label}" + ("" if cls == ANY else f" on {cls.capitalize()}")]
+    parts = [labels.get(engine, engine) + ("" if cls == ANY else f" on {cls.capitalize()}")]
     if kind != ANY:
         parts.append("MoE" if kind == "moe" else "dense")
     parts.append("aggregated" if mode == "agg" else "disaggregated")

@@ -221,7 +221,7 @@ def write_deploy(out: Path, config_file: Path, cfg: Any, target: Any,
         check_model(target, engine)
     except InputError as exc:
         summary["deploy"] = {"engine": engine, "written": False, "refused": True,
-                             "why": f"{exc.field}: {exc.problem}. Fix: {exc.fix}"}
+                             "why": exc.message}
         return []
     res = export(cfg, target, engine, where, config_file=str(config_file))
     summary["deploy"] = {"engine": engine, "dir": str(res.out), "written": res.written,

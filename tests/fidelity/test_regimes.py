@@ -100,7 +100,7 @@ def test_the_shipped_table_and_a_caveat_that_quotes_it():
     assert table["regimes"], "scripts/fidelity_regimes.py --write writes it"
     for v in table["regimes"].values():
         assert v["rows"] >= 1
-    from hastune.caveats import caveats
+    from hastune.caveats import LABEL, caveats
     from hastune.config import parse_config
 
     cfg = parse_config({"architecture": "nodg", "tp": 1, "replicas": 2})
@@ -108,7 +108,7 @@ def test_the_shipped_table_and_a_caveat_that_quotes_it():
     got = [c for c in caveats(terms, cfg, 10.0, in_flight=60.0, moe=True)
            if c.startswith("measured error")]
     k, s = R.lookup("vllm", "b200-180gb", True, "agg", 30.0)  # type: ignore[misc]
-    assert len(got) == 1 and R.words(k) in got[0]
+    assert len(got) == 1 and R.words(k, LABEL) in got[0]
     assert f"over {s['rows']} runs" in got[0]
     assert f"{s['ttft_median_abs_pct']:.0f}%" in got[0]
     off = caveats({**terms, "on": False}, cfg, 10.0, in_flight=60.0, moe=True)
