@@ -21,6 +21,7 @@ One run is an `_EPDRun`: its state and one short handler per event. Heap entries
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from heapq import heappush
@@ -38,6 +39,19 @@ from hastune.sim.network import Network, network
 from hastune.sim.prefill import PrefillWorker
 from hastune.sim.stoprule import StopRule
 from hastune.workload import RequestSet
+
+try:  # the compiled core (hastune/sim/_epd_core.pyx, built with the package)
+    from hastune.sim import _epd_core
+except ImportError:  # built without a C compiler: the Python reference path
+    _epd_core = None  # type: ignore[assignment]
+
+
+def core_name() -> str:
+    """Which event loop EPD runs use by default: "compiled" (hastune.sim._epd_core) or
+    "python" (the reference: this module's handlers), HASTUNE_SIM_CORE=python choosing it."""
+    if os.environ.get("HASTUNE_SIM_CORE", "").lower() == "python" or _epd_core is None:
+        return "python"
+    return "compiled"
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,7 @@ class EPDSimulator:
     """Simulates one encode/prefill/decode deployment; `run(requests, rate)` is deterministic."""
 
     stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
+    core: str | None = None  # "python" or "compiled" for this simulator (None: core_name())
 
     def __init__(self, profile: Profile, cluster: Cluster, config: AnyConfig,
                  warmup: float = 0.1, pools: dict[str, Profile] | None = None,
@@ -134,8 +149,11 @@ class EPDSimulator:
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()
         run = _EPDRun(self, reqs, rate)
-        for t, _, _, handler, a, b in run.loop.events(run.arrive):
-            handler(t, a, b)
+        if (self.core or core_name()) == "compiled" and _epd_core is not None:
+            _epd_core.run(run)  # the same simulation in C: tests/sim/test_epd_core.py
+        else:
+            for t, _, _, handler, a, b in run.loop.events(run.arrive):
+                handler(t, a, b)
         return run.result(wall0)
 
 

@@ -16,7 +16,9 @@ from hastune.sim import epd as epd_mod
 
 
 def _record(monkeypatch):
-    """Every SM share a run gives its encoders and its local prefills."""
+    """Every SM share a run gives its encoders and its local prefills, read from the Python
+    reference path's workers (the compiled core is the same run: tests/sim/test_epd_core.py)."""
+    monkeypatch.setenv("HASTUNE_SIM_CORE", "python")
     seen = {"encode": [], "local": []}
     start, set_share = enc_mod.EncodeWorker.start, epd_mod._EPDRun._set_local_share
     init = epd_mod.PrefillWorker.__init__

@@ -1,0 +1,1288 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+# cython: cdivision=False, nonecheck=False, infer_types=False
+"""The compiled core of one encode/prefill/decode run (issue 34): the event loop of
+hastune.sim.epd._EPDRun and its workers — encode (micro-batcher, SM share), prefill (local
+and remote), decode (reserved or paged KV), the network and the deficit router — in C
+structures, one event heap of C records, the per-request numbers in C arrays.
+
+It is the same simulation as the Python one (hastune/sim/epd.py with hastune/sim/decode.py,
+decode_paged.py, prefill.py, encode.py, network.py and hastune/policies), which stays as the
+reference: every arithmetic operation is the Python one, in the same order, on the same IEEE
+doubles (no fast math, no contraction: setup.py builds with -ffp-contract=off), and the events
+come out in the same (time, priority, push order). tests/sim/test_epd_core.py runs both on
+generated recipes and configurations and requires identical first- and last-token times.
+
+`run(epd_run)` takes an `_EPDRun` built by the Python code (its workers, policies and lists),
+runs it, and writes back what its `result` reads. The stop rule's checks (EventLoop.checkpoint)
+are the Python ones, called at the same arrival counts."""
+
+from libc.math cimport ceil, sqrt, fmod, floor, copysign, INFINITY
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memset
+
+from hastune.sim.events import SimulationError
+
+cdef enum:
+    PRIO_DONE = 0
+    PRIO_ARRIVE = 1
+    PRIO_TIMER = 2
+
+cdef enum Kind:
+    K_ENC_DONE = 1
+    K_TIMER = 2
+    K_PF_ARRIVE = 3
+    K_PF_DONE = 4
+    K_D_ARRIVE = 5
+    K_D_WAKE = 6
+
+
+# ---------------------------------------------------------------------------------------
+# the event heap: records ordered by (t, prio, seq), as the Python heap's tuples (seq unique)
+
+cdef struct Ev:
+    double t
+    int prio
+    long long seq
+    int kind
+    int obj
+    long long a
+
+cdef inline bint ev_lt(Ev* x, Ev* y) nogil:
+    if x.t != y.t:
+        return x.t < y.t
+    if x.prio != y.prio:
+        return x.prio < y.prio
+    return x.seq < y.seq
+
+
+cdef class Heap:
+    cdef Ev* v
+    cdef Py_ssize_t n, cap
+    cdef long long seq
+
+    def __cinit__(self):
+        self.cap = 1024
+        self.n = 0
+        self.seq = 0
+        self.v = <Ev*>malloc(self.cap * sizeof(Ev))
+        if self.v == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.v)
+
+    cdef int push(self, double t, int prio, int kind, int obj, long long a) except -1:
+        cdef Ev* nv
+        cdef Py_ssize_t i, p
+        cdef Ev e
+        if self.n == self.cap:
+            nv = <Ev*>realloc(self.v, 2 * self.cap * sizeof(Ev))
+            if nv == NULL:
+                raise MemoryError()
+            self.v = nv
+            self.cap *= 2
+        e.t = t
+        e.prio = prio
+        e.seq = self.seq
+        self.seq += 1
+        e.kind = kind
+        e.obj = obj
+        e.a = a
+        i = self.n
+        self.n += 1
+        while i > 0:
+            p = (i - 1) >> 1
+            if ev_lt(&e, &self.v[p]):
+                self.v[i] = self.v[p]
+                i = p
+            else:
+                break
+        self.v[i] = e
+        return 0
+
+    cdef Ev pop(self):
+        cdef Ev top = self.v[0]
+        cdef Ev last
+        cdef Py_ssize_t i, c, n
+        self.n -= 1
+        n = self.n
+        if n > 0:
+            last = self.v[n]
+            i = 0
+            while True:
+                c = 2 * i + 1
+                if c >= n:
+                    break
+                if c + 1 < n and ev_lt(&self.v[c + 1], &self.v[c]):
+                    c += 1
+                if ev_lt(&self.v[c], &last):
+                    self.v[i] = self.v[c]
+                    i = c
+                else:
+                    break
+            self.v[i] = last
+        return top
+
+
+# ---------------------------------------------------------------------------------------
+# the network (hastune.sim.network.Network; Remapped through `ids`)
+
+cdef class Net:
+    cdef long long per_node
+    cdef double intra_bw, intra_lat, inter_bw, inter_lat, bytes_moved, busy_s
+    cdef double* gpu_free
+    cdef double* nic_free
+    cdef long long* ids
+    cdef Py_ssize_t n_gpu, n_nic, n_ids
+    cdef object py
+
+    def __dealloc__(self):
+        free(self.gpu_free)
+        free(self.nic_free)
+        free(self.ids)
+
+    cdef void setup(self, object net) except *:
+        cdef Py_ssize_t i
+        inner = net
+        ids = None
+        if not hasattr(net, "gpu_free"):  # Remapped
+            inner, ids = net.net, net.ids
+        self.py = inner
+        self.per_node = inner.per_node
+        self.intra_bw, self.intra_lat = inner.intra_bw, inner.intra_lat
+        self.inter_bw, self.inter_lat = inner.inter_bw, inner.inter_lat
+        self.bytes_moved, self.busy_s = inner.bytes_moved, inner.busy_s
+        self.n_gpu = len(inner.gpu_free)
+        self.n_nic = len(inner.nic_free)
+        self.gpu_free = <double*>malloc(max(self.n_gpu, 1) * sizeof(double))
+        self.nic_free = <double*>malloc(max(self.n_nic, 1) * sizeof(double))
+        for i in range(self.n_gpu):
+            self.gpu_free[i] = inner.gpu_free[i]
+        for i in range(self.n_nic):
+            self.nic_free[i] = inner.nic_free[i]
+        if ids is not None:
+            self.n_ids = len(ids)
+            self.ids = <long long*>malloc(max(self.n_ids, 1) * sizeof(long long))
+            for i in range(self.n_ids):
+                self.ids[i] = ids[i]
+
+    cdef void write_back(self):
+        cdef Py_ssize_t i
+        py = self.py
+        py.bytes_moved = self.bytes_moved
+        py.busy_s = self.busy_s
+        for i in range(self.n_gpu):
+            py.gpu_free[i] = self.gpu_free[i]
+        for i in range(self.n_nic):
+            py.nic_free[i] = self.nic_free[i]
+
+    cdef double transfer(self, long long src, long long dst, double nbytes, double t) except? -1.0:
+        cdef long long sn, dn
+        cdef double start, dur, x
+        if self.ids != NULL:
+            src = self.ids[src]
+            dst = self.ids[dst]
+        if src == dst or nbytes <= 0:
+            return t
+        self.bytes_moved += nbytes
+        sn = src // self.per_node
+        dn = dst // self.per_node
+        if sn == dn:
+            start = t if t > self.gpu_free[src] else self.gpu_free[src]
+            dur = nbytes / self.intra_bw
+            self.gpu_free[src] = start + dur
+            self.busy_s += dur
+            return start + dur + self.intra_lat
+        # max(t, nic[sn], nic[dn]): Python's max keeps the first of equals
+        start = t
+        x = self.nic_free[sn]
+        if x > start:
+            start = x
+        x = self.nic_free[dn]
+        if x > start:
+            start = x
+        dur = nbytes / self.inter_bw
+        self.nic_free[sn] = start + dur
+        self.nic_free[dn] = start + dur
+        self.busy_s += dur
+        return start + dur + self.inter_lat
+
+
+# ---------------------------------------------------------------------------------------
+# prefill workers (hastune.sim.prefill.PrefillWorker)
+
+cdef class Prefill:
+    cdef object py
+    cdef long long gpu, version, batches, kv_links
+    cdef double remaining, rate, share, last_t, outstanding, sm_busy_s, fixed, per_tok, per_sq
+    cdef double max_tokens, due, planned, kv_bytes
+    cdef bint busy
+    # the queue: a ring of (request, tokens)
+    cdef long long* q_req
+    cdef double* q_tok
+    cdef Py_ssize_t q_head, q_len, q_cap
+    # the running batch
+    cdef long long* b_req
+    cdef Py_ssize_t b_len, b_cap
+
+    def __dealloc__(self):
+        free(self.q_req)
+        free(self.q_tok)
+        free(self.b_req)
+
+    cdef void setup(self, object w) except *:
+        cdef Py_ssize_t i
+        self.py = w
+        self.gpu = w.gpu
+        self.version = w.version
+        self.batches = w.batches
+        self.kv_links = w.kv_links
+        self.remaining, self.rate, self.share = w.remaining, w.rate, w.share
+        self.last_t, self.outstanding, self.sm_busy_s = w.last_t, w.outstanding, w.sm_busy_s
+        self.fixed, self.per_tok, self.per_sq = w.fixed, w.per_tok, w.per_sq
+        self.max_tokens, self.due, self.planned = w.max_tokens, w.due, w.planned
+        self.kv_bytes = w.kv_bytes
+        if w.batch is not None or w.queue:
+            raise ValueError("the compiled core starts from idle prefill workers")
+        self.busy = False
+        self.q_cap = 64
+        self.q_head = self.q_len = 0
+        self.q_req = <long long*>malloc(self.q_cap * sizeof(long long))
+        self.q_tok = <double*>malloc(self.q_cap * sizeof(double))
+        self.b_cap = 64
+        self.b_len = 0
+        self.b_req = <long long*>malloc(self.b_cap * sizeof(long long))
+
+    cdef void write_back(self):
+        w = self.py
+        w.version, w.batches = self.version, self.batches
+        w.remaining, w.rate, w.share = self.remaining, self.rate, self.share
+        w.last_t, w.outstanding, w.sm_busy_s = self.last_t, self.outstanding, self.sm_busy_s
+        w.due, w.planned = self.due, self.planned
+
+    cdef int enqueue(self, long long r, double tok) except -1:
+        cdef Py_ssize_t i, k, old
+        cdef long long* nr
+        cdef double* nt
+        if self.q_len == self.q_cap:
+            old = self.q_cap
+            nr = <long long*>malloc(2 * old * sizeof(long long))
+            nt = <double*>malloc(2 * old * sizeof(double))
+            if nr == NULL or nt == NULL:
+                raise MemoryError()
+            for i in range(self.q_len):
+                k = (self.q_head + i) % old
+                nr[i] = self.q_req[k]
+                nt[i] = self.q_tok[k]
+            free(self.q_req)
+            free(self.q_tok)
+            self.q_req, self.q_tok = nr, nt
+            self.q_head = 0
+            self.q_cap = 2 * old
+        k = (self.q_head + self.q_len) % self.q_cap
+        self.q_req[k] = r
+        self.q_tok[k] = tok
+        self.q_len += 1
+        return 0
+
+    cdef int add_to_batch(self, long long r) except -1:
+        if self.b_len == self.b_cap:
+            self.b_cap *= 2
+            self.b_req = <long long*>realloc(self.b_req, self.b_cap * sizeof(long long))
+            if self.b_req == NULL:
+                raise MemoryError()
+        self.b_req[self.b_len] = r
+        self.b_len += 1
+        return 0
+
+    cdef double start(self, double t) except? -2.0:
+        """PrefillWorker.start; -1.0 for None (times are never negative)."""
+        cdef double total, sq, tok
+        cdef long long req
+        if self.busy or self.q_len == 0:
+            return -1.0
+        req = self.q_req[self.q_head]
+        tok = self.q_tok[self.q_head]
+        self.q_head = (self.q_head + 1) % self.q_cap
+        self.q_len -= 1
+        self.b_len = 0
+        self.add_to_batch(req)
+        total = tok
+        sq = tok * tok
+        while self.q_len and total + self.q_tok[self.q_head] <= self.max_tokens:
+            req = self.q_req[self.q_head]
+            tok = self.q_tok[self.q_head]
+            self.q_head = (self.q_head + 1) % self.q_cap
+            self.q_len -= 1
+            self.add_to_batch(req)
+            total += tok
+            sq += tok * tok
+        self.busy = True
+        self.batches += 1
+        self.remaining = self.fixed + self.per_tok * total + self.per_sq * sq
+        self.last_t = t
+        self.version += 1
+        self.due = t + self.remaining / self.rate
+        self.planned = self.due
+        return self.due
+
+    cdef void finish(self, double t):
+        self.sm_busy_s += self.share * (t - self.last_t)
+        self.busy = False
+
+    cdef double set_share(self, double t, double share, double new_rate):
+        """PrefillWorker.set_share with rate_at(share) given; -1.0 for None."""
+        cdef double dt
+        if share == self.share:
+            return -1.0
+        if not self.busy:
+            self.share = share
+            self.rate = new_rate
+            return -1.0
+        dt = t - self.last_t
+        self.remaining -= dt * self.rate
+        if self.remaining < 0.0:
+            self.remaining = 0.0
+        self.sm_busy_s += self.share * dt
+        self.share = share
+        self.rate = new_rate
+        self.last_t = t
+        self.due = t + self.remaining / self.rate
+        if self.due >= self.planned:
+            return -1.0
+        self.version += 1
+        self.planned = self.due
+        return self.due
+
+
+# ---------------------------------------------------------------------------------------
+# encode workers (hastune.sim.encode.EncodeWorker) with their micro-batchers
+# (hastune.policies.batcher: PoissonGapBatcher, TimeoutBatcher)
+
+cdef class Encode:
+    cdef object py, bt, queue, batch, shares, items
+    cdef long long gpu, batches, timer_ver, local
+    cdef int idx
+    cdef double fixed, per_item, per_tok, per_sq, share, started, sm_busy_s, timer_at
+    cdef bint has_timer, idle_share_set
+    cdef double idle_share
+    # the batcher
+    cdef bint poisson
+    cdef long long B
+    cdef double kappa, mean_gap, alpha, max_gap, last_t, timeout, first_t
+    cdef bint has_last
+
+    cdef void setup(self, object ew, long long local_index) except *:
+        self.py = ew
+        self.gpu = ew.gpu
+        self.batches, self.timer_ver = ew.batches, ew.timer_ver
+        self.fixed, self.per_item, self.per_tok, self.per_sq = (ew.fixed, ew.per_item,
+                                                                 ew.per_tok, ew.per_sq)
+        self.share, self.started, self.sm_busy_s = ew.share, ew.started, ew.sm_busy_s
+        self.has_timer = ew.timer_at is not None
+        self.timer_at = ew.timer_at if self.has_timer else 0.0
+        self.queue = ew.queue
+        self.batch = ew.batch
+        self.shares = {}
+        self.local = local_index
+        part = ew.partitioner
+        self.idle_share = part.idle_prefill_share if part is not None else 1.0
+        bt = ew.batcher
+        self.bt = bt
+        self.items = bt.items
+        if hasattr(bt, "kappa"):
+            self.poisson = True
+            self.B = bt.B
+            self.kappa, self.mean_gap, self.alpha, self.max_gap = (bt.kappa, bt.mean_gap,
+                                                                   bt.alpha, bt.max_gap)
+            self.has_last = bt.last_t is not None
+            self.last_t = bt.last_t if self.has_last else 0.0
+        else:
+            self.poisson = False
+            self.B = bt.batch
+            self.timeout = bt.timeout
+            self.first_t = bt.first_t
+
+    cdef void write_back(self):
+        ew = self.py
+        ew.batches, ew.timer_ver = self.batches, self.timer_ver
+        ew.share, ew.started, ew.sm_busy_s = self.share, self.started, self.sm_busy_s
+        ew.timer_at = self.timer_at if self.has_timer else None
+        ew.batch = self.batch
+        bt = self.bt
+        bt.items = self.items
+        if self.poisson:
+            bt.mean_gap = self.mean_gap
+            bt.last_t = self.last_t if self.has_last else None
+        else:
+            bt.first_t = self.first_t
+
+    # -- the batcher --------------------------------------------------------------------
+    cdef object add(self, double t, long long r):
+        """batcher.add: the batch (a list) that leaves now, or None."""
+        cdef list items
+        if self.poisson:
+            if self.has_last:
+                self.mean_gap += self.alpha * ((t - self.last_t) - self.mean_gap)
+                if self.mean_gap <= 1e-12:
+                    self.mean_gap = 1e-12
+            self.last_t = t
+            self.has_last = True
+            items = self.items
+            items.append(r)
+            if len(items) >= self.B:
+                self.items = []
+                return items
+            return None
+        items = self.items
+        if not items:
+            self.first_t = t
+        items.append(r)
+        if len(items) >= self.B or self.timeout == 0:
+            self.items = []
+            return items
+        return None
+
+    cdef double deadline(self):
+        """batcher.deadline; -1.0 for None."""
+        cdef double g
+        if not self.items:
+            return -1.0
+        if self.poisson:
+            g = self.kappa * self.mean_gap
+            return self.last_t + (g if g < self.max_gap else self.max_gap)
+        return self.first_t + self.timeout
+
+    cdef object poll(self, double t):
+        cdef double d = self.deadline()
+        cdef list out
+        if d != -1.0 and t >= d:
+            out = self.items
+            self.items = []
+            return out
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# decode workers (hastune.sim.decode.DecodeWorker, hastune.sim.decode_paged._Paged)
+
+cdef struct Run:      # a running sequence: (finish step, request, ctx0 − join, kv)
+    long long fin
+    long long req
+    double s
+    double kv
+
+cdef struct Pend:     # a waiting request: (request, ctx0, kv to reserve, output tokens)
+    long long req
+    double ctx0
+    double reserve
+    long long out
+
+cdef inline bint run_lt(Run* x, Run* y) nogil:
+    if x.fin != y.fin:
+        return x.fin < y.fin
+    return x.req < y.req
+
+
+cdef class Decode:
+    cdef object py, prefill_s
+    cdef bint paged
+    cdef double a, b, c, S, t0, pending_tokens, reserved, busy_since, busy_s, cap, inflight
+    cdef double peak_kv
+    cdef long long max_batch, n, step, version, gpu, steps_run, wake_step, seq_join, preempted
+    cdef bint has_wake
+    cdef Run* run
+    cdef Py_ssize_t run_n, run_cap
+    cdef Pend* pend
+    cdef Py_ssize_t p_head, p_len, p_cap
+    cdef long long* order       # paged: admission order per request
+    cdef char* redo             # paged: preempted, to recompute when they rejoin
+
+    def __dealloc__(self):
+        free(self.run)
+        free(self.pend)
+        free(self.order)
+        free(self.redo)
+
+    cdef void setup(self, object d, Py_ssize_t n_req) except *:
+        self.py = d
+        self.paged = hasattr(d, "redo")
+        self.a, self.b, self.c = d.a, d.b, d.c
+        self.S, self.t0, self.pending_tokens = d.S, d.t0, d.pending_tokens
+        self.reserved = 0.0 if self.paged else d.reserved
+        self.busy_since, self.busy_s, self.cap, self.inflight = (d.busy_since, d.busy_s,
+                                                                 d.cap, d.inflight)
+        self.max_batch, self.n, self.step, self.version = d.max_batch, d.n, d.step, d.version
+        self.gpu, self.steps_run = d.gpu, d.steps_run
+        self.has_wake = d.wake_step is not None
+        self.wake_step = d.wake_step if self.has_wake else 0
+        if d.running or d.pending or self.n:
+            raise ValueError("the compiled core starts from idle decode workers")
+        self.run_cap = 64
+        self.run_n = 0
+        self.run = <Run*>malloc(self.run_cap * sizeof(Run))
+        self.p_cap = 64
+        self.p_head = self.p_len = 0
+        self.pend = <Pend*>malloc(self.p_cap * sizeof(Pend))
+        if self.paged:
+            self.prefill_s = d.prefill_s
+            self.seq_join, self.preempted, self.peak_kv = d.seq_join, d.preempted, d.peak_kv
+            self.order = <long long*>malloc(max(n_req, 1) * sizeof(long long))
+            self.redo = <char*>malloc(max(n_req, 1))
+            memset(self.redo, 0, max(n_req, 1))
+
+    cdef void write_back(self):
+        d = self.py
+        d.S, d.t0, d.pending_tokens = self.S, self.t0, self.pending_tokens
+        if not self.paged:
+            d.reserved = self.reserved
+        d.busy_since, d.busy_s, d.inflight = self.busy_since, self.busy_s, self.inflight
+        d.n, d.step, d.version, d.steps_run = self.n, self.step, self.version, self.steps_run
+        d.wake_step = self.wake_step if self.has_wake else None
+        if self.paged:
+            d.seq_join, d.preempted, d.peak_kv = self.seq_join, self.preempted, self.peak_kv
+
+    # -- containers ---------------------------------------------------------------------
+    cdef int run_push(self, long long fin, long long req, double s, double kv) except -1:
+        cdef Run e
+        cdef Py_ssize_t i, p
+        if self.run_n == self.run_cap:
+            self.run_cap *= 2
+            self.run = <Run*>realloc(self.run, self.run_cap * sizeof(Run))
+            if self.run == NULL:
+                raise MemoryError()
+        e.fin, e.req, e.s, e.kv = fin, req, s, kv
+        i = self.run_n
+        self.run_n += 1
+        while i > 0:
+            p = (i - 1) >> 1
+            if run_lt(&e, &self.run[p]):
+                self.run[i] = self.run[p]
+                i = p
+            else:
+                break
+        self.run[i] = e
+        return 0
+
+    cdef void sift_down(self, Py_ssize_t i):
+        cdef Py_ssize_t c, n = self.run_n
+        cdef Run x = self.run[i]
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and run_lt(&self.run[c + 1], &self.run[c]):
+                c += 1
+            if run_lt(&self.run[c], &x):
+                self.run[i] = self.run[c]
+                i = c
+            else:
+                break
+        self.run[i] = x
+
+    cdef Run run_pop(self):
+        cdef Run top = self.run[0]
+        self.run_n -= 1
+        if self.run_n > 0:
+            self.run[0] = self.run[self.run_n]
+            self.sift_down(0)
+        return top
+
+    cdef int p_grow(self) except -1:
+        cdef Py_ssize_t i, old = self.p_cap
+        cdef Pend* nv = <Pend*>malloc(2 * old * sizeof(Pend))
+        if nv == NULL:
+            raise MemoryError()
+        for i in range(self.p_len):
+            nv[i] = self.pend[(self.p_head + i) % old]
+        free(self.pend)
+        self.pend = nv
+        self.p_head = 0
+        self.p_cap = 2 * old
+        return 0
+
+    cdef int p_append(self, long long req, double ctx0, double reserve, long long out) except -1:
+        cdef Py_ssize_t k
+        if self.p_len == self.p_cap:
+            self.p_grow()
+        k = (self.p_head + self.p_len) % self.p_cap
+        self.pend[k].req = req
+        self.pend[k].ctx0 = ctx0
+        self.pend[k].reserve = reserve
+        self.pend[k].out = out
+        self.p_len += 1
+        return 0
+
+    cdef int p_appendleft(self, long long req, double ctx0, double reserve,
+                          long long out) except -1:
+        if self.p_len == self.p_cap:
+            self.p_grow()
+        self.p_head = (self.p_head - 1 + self.p_cap) % self.p_cap
+        self.pend[self.p_head].req = req
+        self.pend[self.p_head].ctx0 = ctx0
+        self.pend[self.p_head].reserve = reserve
+        self.pend[self.p_head].out = out
+        self.p_len += 1
+        return 0
+
+    cdef inline void p_popleft(self):
+        self.p_head = (self.p_head + 1) % self.p_cap
+        self.p_len -= 1
+
+    # -- DecodeWorker -------------------------------------------------------------------
+    cdef double reserved_now(self):
+        """`reserved` as routing reads it (paged: the KV held now)."""
+        if self.paged:
+            return self.S + self.n * self.step
+        return self.reserved
+
+    cdef double time_of(self, long long m):
+        cdef long long n = self.n
+        cdef double alpha = self.a + self.b * n + self.c * (self.S + n * self.step)
+        return self.t0 + m * alpha + self.c * n * m * (m - 1) * 0.5
+
+    cdef double add(self, long long req, double ctx0, long long out_tokens, double t) except? -2.0:
+        """DecodeWorker.add (paged: _Paged.add): the wake time to plan, -1.0 for None."""
+        cdef double reserve, alpha, dt, beta, q, c
+        cdef long long n, step, m, target
+        if self.paged and self.n and t <= self.t0:
+            self.p_append(req, ctx0, ctx0 + out_tokens, out_tokens)
+            self.pending_tokens += ctx0 + out_tokens
+            target = self.step + 1
+            if self.has_wake and self.wake_step <= target:
+                return -1.0
+            self.wake_step = target
+            self.has_wake = True
+            self.version += 1
+            return self.time_of(1)
+        reserve = ctx0 + out_tokens
+        self.p_append(req, ctx0, reserve, out_tokens)
+        self.pending_tokens += reserve
+        n = self.n
+        if n == 0:
+            if self.has_wake and self.t0 >= t:
+                return -1.0
+            self.t0 = t
+            self.wake_step = self.step
+            self.has_wake = True
+            self.version += 1
+            return t
+        c = self.c
+        step = self.step
+        alpha = self.a + self.b * n + c * (self.S + n * step)
+        dt = t - self.t0
+        beta = c * n * 0.5
+        if beta <= 0.0:
+            m = <long long>ceil(dt / alpha - 1e-9)
+        else:
+            q = alpha - beta
+            m = <long long>ceil((-q + sqrt(q * q + 4.0 * beta * dt)) / (2.0 * beta) - 1e-9)
+        if m < 1:
+            m = 1
+        target = step + m
+        if self.has_wake and self.wake_step <= target:
+            return -1.0
+        self.wake_step = target
+        self.has_wake = True
+        self.version += 1
+        return self.t0 + m * alpha + c * n * m * (m - 1) * 0.5
+
+    cdef double wake(self, double t, list t_last, list rejected) except? -2.0:
+        """DecodeWorker.wake (paged: _Paged.wake): the next wake time, -1.0 for None."""
+        cdef long long step = self.wake_step
+        cdef long long n, nxt, m
+        cdef double S, reserved, cap, alpha
+        cdef bint was_busy
+        cdef Run e
+        cdef Pend* p
+        if self.paged:
+            return self.wake_paged(t, t_last, rejected)
+        self.steps_run += step - self.step
+        self.step = step
+        self.t0 = t
+        self.has_wake = False
+        n, S, reserved = self.n, self.S, self.reserved
+        was_busy = n > 0
+        while self.run_n and self.run[0].fin <= step:
+            e = self.run_pop()
+            t_last[e.req] = t
+            n -= 1
+            S -= e.s
+            reserved -= e.kv
+        cap = self.cap
+        while self.p_len:
+            p = &self.pend[self.p_head]
+            if p.reserve > cap:
+                self.p_popleft()
+                self.pending_tokens -= p.reserve
+                rejected.append(p.req)
+                t_last[p.req] = INFINITY
+                continue
+            if n >= self.max_batch or reserved + p.reserve > cap:
+                break
+            self.p_popleft()
+            self.pending_tokens -= p.reserve
+            if p.out <= 1:
+                t_last[p.req] = t
+                continue
+            reserved += p.reserve
+            self.run_push(step + p.out - 1, p.req, p.ctx0 - step, p.reserve)
+            n += 1
+            S += p.ctx0 - step
+        self.n, self.S, self.reserved = n, S, reserved
+        if n == 0:
+            if was_busy:
+                self.busy_s += t - self.busy_since
+            return -1.0
+        if not was_busy:
+            self.busy_since = t
+        nxt = self.run[0].fin
+        self.wake_step = nxt
+        self.has_wake = True
+        self.version += 1
+        m = nxt - step
+        alpha = self.a + self.b * n + self.c * (S + n * step)
+        return t + m * alpha + self.c * n * m * (m - 1) * 0.5
+
+    cdef double wake_paged(self, double t, list t_last, list rejected) except? -2.0:
+        cdef long long step = self.wake_step
+        cdef long long n, nxt, m, room
+        cdef double S, cap, kv, c
+        cdef bint was_busy
+        cdef Run e
+        self.steps_run += step - self.step
+        self.step = step
+        self.t0 = t
+        self.has_wake = False
+        n, S = self.n, self.S
+        was_busy = n > 0
+        if self.run_n and self.run[0].fin <= step:
+            while self.run_n and self.run[0].fin <= step:
+                e = self.run_pop()
+                t_last[e.req] = t
+                n -= 1
+                S -= e.s
+            self.n, self.S = n, S
+        cap = self.cap
+        if n and S + n * (step + 1) > cap:
+            self.make_room()
+            n, S = self.n, self.S
+        elif self.p_len:
+            self.admit(t, t_last, rejected)
+            n, S = self.n, self.S
+        if n == 0:
+            if was_busy:
+                self.busy_s += t - self.busy_since
+            return -1.0
+        if not was_busy:
+            self.busy_since = t
+        room = <long long>py_floordiv(cap - S - n * (step + 1), <double>n)
+        nxt = self.run[0].fin
+        if step + 1 + room < nxt:
+            nxt = step + 1 + room
+        kv = S + n * nxt
+        if kv > self.peak_kv:
+            self.peak_kv = kv
+        self.wake_step = nxt
+        self.has_wake = True
+        self.version += 1
+        m = nxt - step
+        c = self.c
+        return (self.t0 + m * (self.a + self.b * n + c * (S + n * step))
+                + c * n * m * (m - 1) * 0.5)
+
+    cdef int make_room(self) except -1:
+        """_Paged.make_room: preempt the newest running while the next step would not fit."""
+        cdef Py_ssize_t i, best_i
+        cdef long long best, q, out_left
+        cdef Run e
+        cdef double ctx
+        while self.n and self.S + self.n * (self.step + 1) > self.cap:
+            # pop_newest: the running entry whose request was admitted last
+            best_i = 0
+            best = self.order[self.run[0].req]
+            for i in range(1, self.run_n):
+                if self.order[self.run[i].req] > best:
+                    best = self.order[self.run[i].req]
+                    best_i = i
+            e = self.run[best_i]
+            self.run[best_i] = self.run[self.run_n - 1]
+            self.run_n -= 1
+            self.heapify()
+            self.n -= 1
+            self.S -= e.s
+            q = e.req
+            ctx = e.s + self.step
+            out_left = e.fin - self.step
+            self.redo[q] = 1
+            self.p_appendleft(q, ctx + 1.0, ctx + out_left, out_left)
+            self.pending_tokens += ctx + out_left
+            self.preempted += 1
+        return 0
+
+    cdef void heapify(self):
+        cdef Py_ssize_t i
+        i = self.run_n // 2 - 1
+        while i >= 0:
+            self.sift_down(i)
+            i -= 1
+
+    cdef int admit(self, double t, list t_last, list rejected) except -1:
+        """_Paged.admit: FIFO admission; rejoiners recompute first, in one prefill."""
+        cdef double cap = self.cap, tok = 0.0, sq = 0.0, x, s_i
+        cdef long long step = self.step
+        cdef Pend* p
+        cdef Pend e
+        cdef list late = []
+        while self.p_len:
+            p = &self.pend[self.p_head]
+            if p.reserve > cap:
+                e = p[0]
+                self.p_popleft()
+                self.pending_tokens -= e.reserve
+                rejected.append(e.req)
+                t_last[e.req] = INFINITY
+                continue
+            if self.n >= self.max_batch or self.S + self.n * (step + 1) + p.ctx0 + 1.0 > cap:
+                break
+            e = p[0]
+            self.p_popleft()
+            self.pending_tokens -= e.reserve
+            if self.redo[e.req]:
+                self.redo[e.req] = 0
+                x = e.ctx0 - 1.0
+                tok += x
+                sq += x * x
+                if e.out <= 1:
+                    late.append(e.req)
+                    continue
+            elif e.out <= 1:
+                t_last[e.req] = t
+                continue
+            s_i = e.ctx0 - step
+            self.run_push(step + e.out - 1, e.req, s_i, 0.0)
+            self.n += 1
+            self.S += s_i
+            self.seq_join += 1
+            self.order[e.req] = self.seq_join
+        if tok:
+            self.t0 = t + self.prefill_s(tok, sq)
+            for req in late:
+                t_last[req] = self.t0
+        return 0
+
+
+cdef double py_floordiv(double vx, double wx):
+    """CPython's float floor division (floatobject.c float_floor_div), bit for bit."""
+    cdef double mod, div, floordiv
+    mod = fmod(vx, wx)
+    div = (vx - mod) / wx
+    if mod:
+        if (wx < 0) != (mod < 0):
+            mod += wx
+            div -= 1.0
+    else:
+        mod = copysign(0.0, wx)
+    if div:
+        floordiv = floor(div)
+        if div - floordiv > 0.5:
+            floordiv += 1.0
+    else:
+        floordiv = copysign(0.0, vx / wx)
+    return floordiv
+
+
+# ---------------------------------------------------------------------------------------
+# the run
+
+cdef class Core:
+    cdef object py, loop, rate_at_of
+    cdef Heap heap
+    cdef Net net
+    cdef list enc, pf, dec          # Encode, Prefill (local first, then remote), Decode
+    cdef Py_ssize_t n_enc, n_local, n_remote, n_dec
+    cdef double* pre_tok
+    cdef double* enc_tok
+    cdef long long* out_tok
+    cdef double* llm_tok
+    cdef list enc_tok_list, t_first, t_last, rejected
+    cdef double emb_bytes
+    cdef long long rr, rr_text
+    cdef bint text_at_encode
+    # the deficit router, exact in 64-bit integers (or the Python object's route())
+    cdef object router
+    cdef bint router_c
+    cdef long long r_num, r_den, r_acc, r_remote, r_local
+
+    def __dealloc__(self):
+        free(self.pre_tok)
+        free(self.enc_tok)
+        free(self.out_tok)
+        free(self.llm_tok)
+
+    cdef void setup(self, object run) except *:
+        cdef Py_ssize_t i, n
+        cdef Encode e
+        cdef Prefill p
+        cdef Decode d
+        self.py = run
+        self.loop = run.loop
+        self.heap = Heap()
+        if run.heap:
+            raise ValueError("the compiled core starts from an empty heap")
+        self.net = Net()
+        self.net.setup(run.net)
+        pre, enc_l, out, llm = run.pre_tok, run.enc_tok, run.out_tok, run.llm_tok
+        n = len(pre)
+        self.pre_tok = <double*>malloc(max(n, 1) * sizeof(double))
+        self.enc_tok = <double*>malloc(max(n, 1) * sizeof(double))
+        self.out_tok = <long long*>malloc(max(n, 1) * sizeof(long long))
+        self.llm_tok = <double*>malloc(max(n, 1) * sizeof(double))
+        for i in range(n):
+            self.pre_tok[i] = pre[i]
+            self.enc_tok[i] = enc_l[i]
+            self.out_tok[i] = out[i]
+            self.llm_tok[i] = llm[i]
+        self.enc_tok_list = enc_l
+        self.t_first, self.t_last, self.rejected = run.t_first, run.t_last, run.rejected
+        self.emb_bytes = run.emb_bytes
+        self.rr, self.rr_text = run.rr, run.rr_text
+        self.text_at_encode = run.text_at_encode
+        self.pf = []
+        for w in run.local:
+            p = Prefill()
+            p.setup(w)
+            self.pf.append(p)
+        for w in run.remote:
+            p = Prefill()
+            p.setup(w)
+            self.pf.append(p)
+        self.n_local, self.n_remote = len(run.local), len(run.remote)
+        self.enc = []
+        for ew in run.enc:
+            e = Encode()
+            local = -1
+            if ew.local is not None:
+                local = next(k for k, w in enumerate(run.local) if w is ew.local)
+            e.setup(ew, local)
+            e.idx = len(self.enc)
+            self.enc.append(e)
+        self.n_enc = len(self.enc)
+        self.dec = []
+        for dw in run.dws:
+            d = Decode()
+            d.setup(dw, n)
+            self.dec.append(d)
+        self.n_dec = len(self.dec)
+        router = run.router
+        self.router = router
+        self.r_num, self.r_den = router._num, router._den
+        self.router_c = router._den < (1 << 61) and router._acc < (1 << 61)
+        if self.router_c:
+            self.r_acc, self.r_remote, self.r_local = router._acc, router.remote, router.local
+
+    cdef void write_back(self, double t, long long popped, Py_ssize_t i):
+        cdef Encode e
+        cdef Prefill p
+        cdef Decode d
+        for e in self.enc:
+            e.write_back()
+        for p in self.pf:
+            p.write_back()
+        for d in self.dec:
+            d.write_back()
+        self.net.write_back()
+        run = self.py
+        run.rr, run.rr_text = self.rr, self.rr_text
+        if self.router_c:
+            r = self.router
+            r._acc, r.remote, r.local = self.r_acc, self.r_remote, self.r_local
+        loop = self.loop
+        loop.t = t
+        loop.popped = popped
+        loop.arrived = i
+
+    cdef bint route(self) except -1:
+        if not self.router_c:
+            return self.router.route()
+        self.r_acc += self.r_num
+        if self.r_acc >= self.r_den:
+            self.r_acc -= self.r_den
+            self.r_remote += 1
+            return True
+        self.r_local += 1
+        return False
+
+    cdef double rate_at(self, Prefill w, double share) except? -1.0:
+        return w.py.rate_at(share)
+
+    # -- arrival and encode ---------------------------------------------------------------
+    cdef int arrive(self, long long r, double t) except -1:
+        cdef Encode ew
+        cdef double d
+        if self.enc_tok[r] <= 0:
+            if self.text_at_encode:
+                ew = <Encode>self.enc[self.rr_text % self.n_enc]
+                self.route_one(ew, r, t)
+                self.rr_text += 1
+            else:
+                self.route_one(None, r, t)
+            return 0
+        ew = <Encode>self.enc[self.rr % self.n_enc]
+        self.rr += 1
+        batch = ew.add(t, r)
+        if batch is not None:
+            ew.queue.append(batch)
+            if ew.batch is None:
+                self.start_encode(ew, t)
+            return 0
+        d = ew.deadline()
+        if not ew.has_timer or (d != -1.0 and d < ew.timer_at):
+            self.arm(ew, d)
+        return 0
+
+    cdef int arm(self, Encode ew, double d) except -1:
+        ew.timer_ver += 1
+        ew.timer_at = d
+        ew.has_timer = True
+        self.heap.push(d, PRIO_TIMER, K_TIMER, ew.idx, ew.timer_ver)
+        return 0
+
+    cdef int timer(self, double t, int k, long long ver) except -1:
+        cdef Encode ew = <Encode>self.enc[k]
+        cdef double d
+        if ver != ew.timer_ver:
+            return 0
+        ew.has_timer = False
+        batch = ew.poll(t)
+        if batch is not None:
+            ew.queue.append(batch)
+            if ew.batch is None:
+                self.start_encode(ew, t)
+        else:
+            d = ew.deadline()
+            if d != -1.0:
+                self.arm(ew, d)
+        return 0
+
+    cdef int start_encode(self, Encode ew, double t) except -1:
+        cdef double toks = 0.0, sq = 0.0, x, f, slow, done
+        cdef long long nb
+        cdef Prefill lw
+        batch = ew.queue.popleft()
+        for r in batch:
+            x = self.enc_tok[<long long>r]
+            toks += x
+            sq += x * x
+        nb = len(batch)
+        fs = ew.shares.get(nb)
+        if fs is None:
+            fs = ew.shares[nb] = ew.py.share_for(nb)
+        f, slow = fs
+        ew.batch = batch
+        ew.share = f
+        ew.started = t
+        ew.batches += 1
+        done = t + (ew.fixed + ew.per_item * nb + ew.per_tok * toks + ew.per_sq * sq) * slow
+        self.heap.push(done, PRIO_DONE, K_ENC_DONE, ew.idx, 0)
+        if ew.local >= 0:
+            lw = <Prefill>self.pf[ew.local]
+            self.set_local_share(lw, ew.local, t, 1.0 - ew.share)
+        return 0
+
+    cdef int enc_done(self, double t, int k) except -1:
+        cdef Encode ew = <Encode>self.enc[k]
+        cdef Prefill lw
+        ew.sm_busy_s += ew.share * (t - ew.started)
+        batch = ew.batch
+        ew.batch = None
+        if ew.queue:
+            self.start_encode(ew, t)
+        elif ew.local >= 0:
+            lw = <Prefill>self.pf[ew.local]
+            self.set_local_share(lw, ew.local, t, ew.idle_share)
+        for r in batch:
+            self.route_one(ew, <long long>r, t)
+        return 0
+
+    # -- prefill --------------------------------------------------------------------------
+    cdef int set_local_share(self, Prefill w, int k, double t, double share) except -1:
+        cdef double ft, new_rate
+        if share == w.share:
+            return 0
+        new_rate = self.rate_at(w, share)
+        ft = w.set_share(t, share, new_rate)
+        if ft != -1.0:
+            self.heap.push(ft, PRIO_DONE, K_PF_DONE, k, w.version)
+        return 0
+
+    cdef int route_one(self, Encode ew, long long r, double t) except -1:
+        """_EPDRun._route for one request of the batch."""
+        cdef double pre = self.pre_tok[r], best, at, ft
+        cdef Prefill w, x
+        cdef Py_ssize_t j, k
+        cdef long long src
+        if self.n_remote and self.route():
+            k = self.n_local
+            w = <Prefill>self.pf[k]
+            best = w.outstanding
+            for j in range(self.n_local, self.n_local + self.n_remote):
+                x = <Prefill>self.pf[j]
+                if x.outstanding < best:
+                    w, best, k = x, x.outstanding, j
+            w.outstanding += pre
+            src = ew.gpu if ew is not None else w.gpu
+            at = self.net.transfer(src, w.gpu, self.llm_tok[r] * self.emb_bytes, t)
+            if at != t:
+                self.heap.push(at, PRIO_ARRIVE, K_PF_ARRIVE, k, r)
+                return 0
+        else:
+            if ew is None or ew.local < 0:
+                raise RuntimeError("a local prefill without an encode worker that has one")
+            k = ew.local
+            w = <Prefill>self.pf[k]
+            w.outstanding += pre
+        w.enqueue(r, pre)
+        if not w.busy:
+            ft = w.start(t)
+            self.heap.push(ft, PRIO_DONE, K_PF_DONE, k, w.version)
+        return 0
+
+    cdef int pf_arrive(self, double t, int k, long long r) except -1:
+        cdef Prefill w = <Prefill>self.pf[k]
+        cdef double ft
+        w.enqueue(r, self.pre_tok[r])
+        if not w.busy:
+            ft = w.start(t)
+            self.heap.push(ft, PRIO_DONE, K_PF_DONE, k, w.version)
+        return 0
+
+    cdef int pf_done(self, double t, int k, long long ver) except -1:
+        cdef Prefill w = <Prefill>self.pf[k]
+        cdef Decode d, x
+        cdef Py_ssize_t i, j, jd
+        cdef long long r, out, links
+        cdef double pre, best, v, at, kvb, ft
+        cdef list t_first = self.t_first, t_last = self.t_last
+        if ver != w.version:
+            return 0
+        if t < w.due:
+            w.planned = w.due
+            self.heap.push(w.due, PRIO_DONE, K_PF_DONE, k, ver)
+            return 0
+        kvb, links = w.kv_bytes, w.kv_links
+        w.finish(t)
+        for i in range(w.b_len):
+            r = w.b_req[i]
+            pre = self.pre_tok[r]
+            w.outstanding -= pre
+            t_first[r] = t
+            out = self.out_tok[r]
+            if out <= 1:
+                t_last[r] = t
+                continue
+            d = <Decode>self.dec[0]
+            jd = 0
+            best = d.reserved_now() + d.pending_tokens + d.inflight
+            for j in range(1, self.n_dec):
+                x = <Decode>self.dec[j]
+                v = x.reserved_now() + x.pending_tokens + x.inflight
+                if v < best:
+                    d, best, jd = x, v, j
+            d.inflight += pre + out
+            at = self.net.transfer(w.gpu, d.gpu, pre * kvb, t)
+            if links > 1:
+                self.net.bytes_moved += (links - 1) * pre * kvb
+            self.heap.push(at, PRIO_ARRIVE, K_D_ARRIVE, jd, r)
+        ft = w.start(t)
+        if ft != -1.0:
+            self.heap.push(ft, PRIO_DONE, K_PF_DONE, k, w.version)
+        return 0
+
+    # -- decode ---------------------------------------------------------------------------
+    cdef int d_arrive(self, double t, int k, long long r) except -1:
+        cdef Decode d = <Decode>self.dec[k]
+        cdef double pre = self.pre_tok[r], nxt
+        cdef long long out = self.out_tok[r]
+        d.inflight -= pre + out
+        nxt = d.add(r, pre + 1.0, out, t)
+        if nxt != -1.0:
+            self.heap.push(nxt, PRIO_DONE, K_D_WAKE, k, d.version)
+        return 0
+
+    cdef int d_wake(self, double t, int k, long long ver) except -1:
+        cdef Decode d = <Decode>self.dec[k]
+        cdef double nxt
+        if ver == d.version:
+            nxt = d.wake(t, self.t_last, self.rejected)
+            if nxt != -1.0:
+                self.heap.push(nxt, PRIO_DONE, K_D_WAKE, k, d.version)
+        return 0
+
+    # -- the loop (EventLoop.events with the handlers of _EPDRun) --------------------------
+    cdef int loop_run(self) except -1:
+        cdef object loop = self.loop
+        cdef list arr_l = loop.arr
+        cdef Py_ssize_t n_open = loop.n_open
+        cdef Py_ssize_t i = 0, check
+        cdef long long popped = 0
+        cdef double t = 0.0, ta
+        cdef Heap heap = self.heap
+        cdef Ev ev
+        cdef double* arr = <double*>malloc(max(n_open, 1) * sizeof(double))
+        try:
+            for i in range(n_open):
+                arr[i] = arr_l[i]
+            i = 0
+            check = loop.first_check()
+            while True:
+                if i >= check:
+                    nxt = loop.checkpoint(i, t)
+                    if nxt is None:
+                        break
+                    check = nxt
+                if heap.n:
+                    if i < n_open:
+                        ta = arr[i]
+                        if ta < heap.v[0].t or (ta == heap.v[0].t
+                                                and heap.v[0].prio >= PRIO_ARRIVE):
+                            t = ta
+                            self.arrive(i, t)
+                            i += 1
+                            continue
+                    ev = heap.pop()
+                    if ev.t < t:
+                        raise SimulationError(
+                            f"event kind {ev.kind} at t={ev.t!r} is earlier than now={t!r}: "
+                            "a simulator scheduled it in the past")
+                    popped += 1
+                    t = ev.t
+                    if ev.kind == K_D_WAKE:
+                        self.d_wake(t, ev.obj, ev.a)
+                    elif ev.kind == K_D_ARRIVE:
+                        self.d_arrive(t, ev.obj, ev.a)
+                    elif ev.kind == K_PF_DONE:
+                        self.pf_done(t, ev.obj, ev.a)
+                    elif ev.kind == K_PF_ARRIVE:
+                        self.pf_arrive(t, ev.obj, ev.a)
+                    elif ev.kind == K_ENC_DONE:
+                        self.enc_done(t, ev.obj)
+                    else:
+                        self.timer(t, ev.obj, ev.a)
+                elif i < n_open:
+                    t = arr[i]
+                    self.arrive(i, t)
+                    i += 1
+                else:
+                    break
+        finally:
+            free(arr)
+        self.write_back(t, popped, i)
+        return 0
+
+
+def run(object epd_run):
+    """Run `epd_run` (a fresh hastune.sim.epd._EPDRun) to its end in compiled code."""
+    cdef Core core = Core()
+    core.setup(epd_run)
+    core.loop_run()

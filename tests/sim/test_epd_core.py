@@ -1,0 +1,200 @@
+"""The compiled EPD core (hastune.sim._epd_core, issue 34) against the Python reference path
+(hastune/sim/epd.py's handlers with the worker and policy classes): the same simulation, so on
+generated recipes, configurations, loads, same-time bursts and paged decode pools that preempt,
+both give exactly the same run — every request's TTFT and TPOT to the last bit, the rejected,
+the events, the utilisations and the extras — and the same goodput search, probe for probe,
+with the stop rule and the continued probes' windows on."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hastune.cluster import Cluster
+from hastune.config import parse_config
+from hastune.evaluators.sim import Evaluation
+from hastune.recipe import load_recipe
+from hastune.sim import epd
+from hastune.sim.epd import EPDSimulator
+from hastune.sim.stoprule import StopRule
+from tests.generated import EPD_FAMILY, random_recipe, space
+from tests.sim.paged_kv import profile_with_kv, random_requests
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = {"min_span": 5.0, "min_requests": 300, "extend": 2.0, "max_probes": 30}
+def SETTINGS(n: int) -> settings:
+    return settings(max_examples=n, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_the_compiled_core_is_built():
+    """The README's install builds it (setup.py; a C compiler is needed): without it EPD runs
+    take the reference path, several times slower."""
+    assert epd._epd_core is not None, (
+        "hastune/sim/_epd_core.pyx is not built: pip install -e . (needs a C compiler), or "
+        "python setup.py build_ext --inplace")
+
+
+def test_the_environment_chooses_the_reference(monkeypatch):
+    monkeypatch.setenv("HASTUNE_SIM_CORE", "python")
+    assert epd.core_name() == "python"
+    monkeypatch.delenv("HASTUNE_SIM_CORE")
+    assert epd.core_name() == "compiled"
+
+
+def fingerprint(run) -> tuple:
+    """Everything a run reports, exactly (NaN-safe), but its wall time."""
+    return (run.ttft.tobytes(), run.tpot.tobytes(), run.completed, run.rejected, run.events,
+            run.sim_time_s, run.warmup, run.arrival.tobytes(), run.finish.tobytes(),
+            repr(sorted(run.utilisation.items())), repr(sorted(run.extra.items())))
+
+
+def both(make, reqs, rate: float) -> tuple:
+    """The run of a fresh simulator from `make()` on each path."""
+    out = []
+    for core in ("python", "compiled"):
+        sim = make()
+        sim.core = core
+        out.append(sim.run(reqs, rate))
+    return tuple(out)
+
+
+def _setup(seed: int):
+    rec = random_recipe(seed, EPD_FAMILY, requests=(150, 400), evaluator=QUICK)
+    ev = Evaluation(rec)
+    cfgs = [c for c in space(rec.architecture).configs(rec.cluster.gpus) if ev.runnable(c)]
+    if not cfgs:
+        return None
+    cfg = cfgs[int(np.random.default_rng(seed).integers(len(cfgs)))]
+    return rec, ev, cfg
+
+
+@SETTINGS(100)
+@given(seed=st.integers(0, 2**31 - 1), load=st.floats(0.2, 2.0), every=st.integers(1, 5),
+       stop=st.booleans(), knob=st.sampled_from([None, "sm_split", "max_gap_ms"]))
+def test_compiled_runs_are_the_reference_runs(seed, load, every, stop, knob):
+    """Generated recipes (epd and epd-static; text and multimodal mixes, Poisson and Gamma
+    arrivals, every profile of tests/generated.py with its engine terms, paged KV with vLLM's),
+    a configuration of their small space (EAServe's with a fixed SM split or a capped batch
+    gap), light to overloaded, arrivals in same-time groups of `every`, with the evaluator's
+    stop rule (it ends a run that has failed) or without."""
+    got = _setup(seed)
+    if got is None:
+        return
+    rec, ev, cfg = got
+    if knob is not None and cfg.architecture == "epd":
+        cfg = cfg.model_copy(update={knob: 0.4 if knob == "sm_split" else 5.0})
+    reqs = ev.requests
+    if every > 1:
+        i = np.arange(len(reqs))
+        reqs = dataclasses.replace(reqs, gaps=np.where(i % every == 0, reqs.gaps * every, 0.0))
+
+    def make():
+        sim = ev.simulator(cfg)
+        if not stop:
+            sim.stop_rule = None
+        return sim
+
+    ref, fast = both(make, reqs, load * ev.start_rate(cfg))
+    assert fingerprint(fast) == fingerprint(ref)
+
+
+@SETTINGS(40)
+@given(seed=st.integers(0, 2**31 - 1), kv=st.integers(1_500, 40_000), d=st.integers(1, 3),
+       load=st.floats(0.5, 3.0), paged=st.booleans(), s=st.sampled_from([0.0, 0.5, 1.0]),
+       out_max=st.integers(3, 600))
+def test_paged_pools_that_preempt_run_the_same(seed, kv, d, load, paged, s, out_max):
+    """Decode pools with little KV (paged: preempting and recomputing; reserved: waiting;
+    both rejecting what can never fit), TP 2 decode, a remote prefill pool and a co-resident
+    one (s)."""
+    ref, fast = both(_paged_case(paged, kv, d, s), random_requests(300, seed, out_max), load)
+    assert fingerprint(fast) == fingerprint(ref)
+
+
+def _paged_case(paged: bool, kv: int, d: int, s: float):
+    prof = profile_with_kv(paged, kv)
+    cfg = parse_config({"architecture": "epd", "n_E": 1, "n_P": 1, "n_D": d, "tp_D": 2,
+                        "B": 4, "s": s})
+    cluster = Cluster(gpu="a100-80gb", gpus=8)
+    return lambda: EPDSimulator(prof, cluster, cfg, warmup=0.0)
+
+
+def test_the_small_pools_preempt_and_reject():
+    """What the test above draws reaches the paths it is there for: a paged pool of 2,000
+    tokens preempts and recomputes, and both kinds reject requests that can never fit."""
+    reqs = random_requests(300, 1, 600)
+    for paged in (True, False):
+        ref, fast = both(_paged_case(paged, 2_000, 2, 0.5), reqs, 3.0)
+        assert fingerprint(fast) == fingerprint(ref)
+        assert ref.rejected > 0
+        assert not paged or ref.extra["preemptions"] > 0
+
+
+@SETTINGS(20)
+@given(seed=st.integers(0, 2**31 - 1), share=st.floats(0.2, 0.8), settle=st.booleans())
+def test_windows_of_a_continued_probe_are_the_same(seed, share, settle):
+    """A probe judged at a window (StopRule.windows): the core calls the loop's checkpoint at
+    the same arrival counts, so it ends at the same window with the same requests."""
+    got = _setup(seed)
+    if got is None:
+        return
+    rec, ev, cfg = got
+    w = max(1, int(share * len(ev.requests)))
+    rule = dataclasses.replace(StopRule(1e12, 1e12, 0.9, False, rec.workload.warmup),
+                               windows=(w,), judge=lambda run: settle)
+
+    def make():
+        sim = ev.simulator(cfg)
+        sim.stop_rule = rule
+        return sim
+
+    ref, fast = both(make, ev.requests, 0.8 * ev.start_rate(cfg))
+    assert fingerprint(fast) == fingerprint(ref)
+
+
+def _probes(res) -> list:
+    return [(p.rate, p.ttft_p, p.tpot_p, p.passed, p.requests, p.phase,
+             None if p.stability is None else p.stability.reason) for p in res.probes]
+
+
+@pytest.mark.parametrize("recipe,config", [
+    ("examples/audio-ultravox-8xa100.yaml", "examples/configs/epd-2-2-4.yaml"),
+    ("examples/image-llava-8xa100.yaml", "examples/configs/epd-static-2-2-4.yaml"),
+])
+def test_a_goodput_search_is_the_same_probe_for_probe(monkeypatch, recipe, config):
+    """The whole steady-state search (scouts, continued full probes, the stop rule) on a
+    shipped recipe, with a short workload: the same probes, the same goodput."""
+    from hastune.config import load_config
+
+    rec = load_recipe(ROOT / recipe)
+    rec = rec.model_copy(update={"evaluator": rec.evaluator.model_copy(update=QUICK)})
+    cfg = load_config(ROOT / config)
+    got = []
+    for core in ("python", "compiled"):
+        monkeypatch.setenv("HASTUNE_SIM_CORE", core)
+        res = Evaluation(rec, requests=600).goodput(cfg)
+        got.append((res.goodput_rps, _probes(res)))
+    assert got[1] == got[0]
+
+
+def test_pools_on_two_gpu_types_run_the_same():
+    """The mixed-GPU example: pools on L40S and H100 nodes (the network remapped to where each
+    pool's GPUs sit, hastune.sim.network.Remapped)."""
+    rec = load_recipe(ROOT / "examples/mixed-l40s-h100.yaml")
+    ev = Evaluation(rec, requests=400)
+    cfg = parse_config({"architecture": "epd", "n_E": 2, "n_P": 1, "n_D": 2, "tp_E": 2,
+                        "tp_P": 2, "tp_D": 1, "B": 4, "s": 0.5, "gpu_E": "l40s-48gb",
+                        "gpu_P": "l40s-48gb", "gpu_D": "h100-80gb"})
+    assert ev.runnable(cfg)
+
+    def make():
+        sim = ev.simulator(cfg)
+        sim.stop_rule = None
+        return sim
+
+    ref, fast = both(make, ev.requests, 0.7 * ev.start_rate(cfg))
+    assert fingerprint(fast) == fingerprint(ref)
