@@ -13,6 +13,8 @@ from itertools import count
 import numpy as np
 
 from hastune.runs import RunResult, latencies
+from hastune.sim import compiled
+from hastune.sim.compiled import core_name
 from hastune.sim.events import PRIO_ARRIVE, SimulationError
 from hastune.sim.frontend import RunFrontEnd, open_arrivals
 from hastune.sim.stoprule import StopRule, Watcher
@@ -160,12 +162,15 @@ class EventLoop:
         self.watch_at = 0              # the arrival count of the stop rule's next check
 
     def watch(self, rule: StopRule | None, t_first: list[float], t_last: list[float],
-              out_tok: list[int], rejected: list[int]) -> None:
+              out_tok: list[int], rejected: list[int], core: str | None = None) -> None:
         """Stop the run once `rule` says it has failed whatever comes next, or once a window
-        of it is settled (open loop; StopRule.windows)."""
+        of it is settled (open loop; StopRule.windows). `core`: the watcher's path, compiled
+        or python (hastune.sim.compiled.core_name)."""
         if rule is not None and not self.closed:
-            self.watcher = Watcher(rule, self.sent if self.sent is not None else self.arr,
-                                   t_first, t_last, out_tok)
+            fast = core_name(core) == "compiled"
+            make = compiled.core.Watcher if fast else Watcher  # type: ignore[union-attr]
+            self.watcher = make(rule, self.sent if self.sent is not None else self.arr,
+                                t_first, t_last, out_tok)
             self.rejected = rejected
             n = len(self.arr)
             self.windows = [w for w in rule.windows if w < n] if rule.judge else []

@@ -21,7 +21,6 @@ One run is an `_EPDRun`: its state and one short handler per event. Heap entries
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from heapq import heappush
@@ -32,6 +31,7 @@ from hastune.policies.encode import policies_for
 from hastune.profile import DecodeSpec, EncodeSpec, PrefillSpec, Profile
 from hastune.runs import RunResult
 from hastune.sim.common import EventLoop, build_result, check_gpus, request_lists
+from hastune.sim.compiled import core, core_name
 from hastune.sim.decode import DecodeWorker
 from hastune.sim.encode import EncodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER
@@ -39,19 +39,6 @@ from hastune.sim.network import Network, network
 from hastune.sim.prefill import PrefillWorker
 from hastune.sim.stoprule import StopRule
 from hastune.workload import RequestSet
-
-try:  # the compiled core (hastune/sim/_epd_core.pyx, built with the package)
-    from hastune.sim import _epd_core
-except ImportError:  # built without a C compiler: the Python reference path
-    _epd_core = None  # type: ignore[assignment]
-
-
-def core_name() -> str:
-    """Which event loop EPD runs use by default: "compiled" (hastune.sim._epd_core) or
-    "python" (the reference: this module's handlers), HASTUNE_SIM_CORE=python choosing it."""
-    if os.environ.get("HASTUNE_SIM_CORE", "").lower() == "python" or _epd_core is None:
-        return "python"
-    return "compiled"
 
 
 @dataclass(frozen=True)
@@ -149,8 +136,8 @@ class EPDSimulator:
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()
         run = _EPDRun(self, reqs, rate)
-        if (self.core or core_name()) == "compiled" and _epd_core is not None:
-            _epd_core.run(run)  # the same simulation in C: tests/sim/test_epd_core.py
+        if core_name(self.core) == "compiled":
+            core.run(run)  # type: ignore[union-attr]  # the same run: tests/sim/test_core.py
         else:
             for t, _, _, handler, a, b in run.loop.events(run.arrive):
                 handler(t, a, b)
@@ -174,7 +161,8 @@ class _EPDRun:
         self.heap, self.seq = loop.heap, loop.seq
         (self.pre_tok, self.enc_tok, self.out_tok, _, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs)
-        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok, self.rejected)
+        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok, self.rejected,
+                   sim.core)
         self.llm_tok = reqs.llm_tokens.tolist()
         n_E, n_P, n_D = cfg.n_E, cfg.n_P, cfg.n_D
         tp_E, tp_P, tp_D = tm.tp

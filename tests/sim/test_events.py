@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hastune.sim import compiled
 from hastune.sim.common import ARRIVE, EventLoop
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE, PRIO_TIMER, SimulationError
 from hastune.sim.stoprule import StopRule, Watcher
@@ -227,7 +228,8 @@ def test_events_come_out_in_key_order(gaps, initial, spawn):
 @given(st.data())
 def test_the_incremental_watcher_answers_as_the_reference_at_every_check(data):
     """Watcher.failed keeps each request's flags between checks (they only turn on, and are
-    final once its tokens are known); failed_reference recomputes every request: on random
+    final once its tokens are known); failed_reference recomputes every request; the compiled
+    watcher (hastune.sim._core.Watcher) keeps the same flags in C arrays: on random
     runs revealed check by check as an event loop would (a token time is written when the loop
     reaches it), with the horizon moved part way as a continued probe does, the two agree."""
     n = data.draw(st.integers(40, 300))
@@ -245,8 +247,9 @@ def test_the_incremental_watcher_answers_as_the_reference_at_every_check(data):
     t_first, t_last = [math.nan] * n, [math.nan] * n
     inc = Watcher(rule, arr, t_first, t_last, out)
     ref = Watcher(rule, arr, t_first, t_last, out)
+    fast = compiled.core.Watcher(rule, arr, t_first, t_last, out)  # hastune/sim/_core.pyx
     moved = data.draw(st.integers(n // 4, n))
-    for h in (inc, ref):
+    for h in (inc, ref, fast):
         h.horizon(moved)
     checks = sorted(rng.uniform(0, max(last) + 1, data.draw(st.integers(3, 30))).tolist())
     for k, t in enumerate(checks):
@@ -257,7 +260,11 @@ def test_the_incremental_watcher_answers_as_the_reference_at_every_check(data):
                 t_first[r] = first[r] if first[r] <= t else math.nan
                 t_last[r] = last[r] if last[r] <= t else math.nan
         if k == len(checks) // 2:
-            for h in (inc, ref):
+            for h in (inc, ref, fast):
                 h.horizon(n)
         i = sum(a <= t for a in arr)
-        assert inc.failed(i, t) == ref.failed_reference(i, t), (k, t, i)
+        got = inc.failed(i, t)
+        assert got == ref.failed_reference(i, t), (k, t, i)
+        assert fast.failed(i, t) == got, (k, t, i)  # the compiled watcher: the same counts
+        assert (fast.late, fast.slow, fast.either, fast.seen) == (inc.late, inc.slow,
+                                                                   inc.either, inc.seen)

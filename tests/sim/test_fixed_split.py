@@ -17,7 +17,7 @@ from hastune.sim import epd as epd_mod
 
 def _record(monkeypatch):
     """Every SM share a run gives its encoders and its local prefills, read from the Python
-    reference path's workers (the compiled core is the same run: tests/sim/test_epd_core.py)."""
+    reference path's workers (the compiled core is the same run: tests/sim/test_core.py)."""
     monkeypatch.setenv("HASTUNE_SIM_CORE", "python")
     seen = {"encode": [], "local": []}
     start, set_share = enc_mod.EncodeWorker.start, epd_mod._EPDRun._set_local_share

@@ -9,7 +9,7 @@ It is the same simulation as the Python one (hastune/sim/epd.py with hastune/sim
 decode_paged.py, prefill.py, encode.py, network.py and hastune/policies), which stays as the
 reference: every arithmetic operation is the Python one, in the same order, on the same IEEE
 doubles (no fast math, no contraction: setup.py builds with -ffp-contract=off), and the events
-come out in the same (time, priority, push order). tests/sim/test_epd_core.py runs both on
+come out in the same (time, priority, push order). tests/sim/test_core.py runs both on
 generated recipes and configurations and requires identical first- and last-token times.
 
 `run(epd_run)` takes an `_EPDRun` built by the Python code (its workers, policies and lists),
@@ -1286,3 +1286,126 @@ def run(object epd_run):
     cdef Core core = Core()
     core.setup(epd_run)
     core.loop_run()
+
+
+# ---------------------------------------------------------------------------------------
+# the stop rule's watcher (hastune.sim.stoprule.Watcher), for every simulator
+
+cdef class Watcher:
+    """hastune.sim.stoprule.Watcher in C: the same flags, counts and answers at every check
+    (tests/sim/test_events.py compares them); the undecided requests are an array of
+    (request, flags) instead of a dict (the counts do not depend on the order)."""
+
+    cdef public object rule
+    cdef public list arr, t_first, t_last, out
+    cdef public long long n, w, every, seen, late, slow, either
+    cdef public double allowed
+    cdef long long* o_req
+    cdef int* o_flags
+    cdef Py_ssize_t o_n, o_cap
+    cdef double ttft_s, tpot_s, quantile, clear
+    cdef bint union
+
+    def __cinit__(self):
+        self.o_cap = 256
+        self.o_n = 0
+        self.o_req = <long long*>malloc(self.o_cap * sizeof(long long))
+        self.o_flags = <int*>malloc(self.o_cap * sizeof(int))
+        if self.o_req == NULL or self.o_flags == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        free(self.o_req)
+        free(self.o_flags)
+
+    def __init__(self, rule, list arr, list t_first, list t_last, list out_tok):
+        self.rule, self.arr = rule, arr
+        self.t_first, self.t_last, self.out = t_first, t_last, out_tok
+        self.ttft_s, self.tpot_s = rule.ttft_s, rule.tpot_s
+        self.quantile, self.clear, self.union = rule.quantile, rule.clear, rule.union
+        self.horizon(len(arr))
+
+    def horizon(self, long long n):
+        """Judge the run as one of its first `n` requests (counts start again)."""
+        self.n = n
+        self.w = int(self.rule.warmup * n)
+        self.allowed = (1.0 - self.rule.quantile) * (n - self.w) + 1.0
+        self.every = max(256, n // 64)
+        self.seen = self.w
+        self.o_n = 0
+        self.late = self.slow = self.either = 0
+
+    cdef object need(self, long long i):
+        if i - self.w <= self.allowed:
+            return None
+        return max(self.allowed, self.clear * (1.0 - self.quantile) * (i - self.w))
+
+    def failed(self, long long i, double t):
+        """Whether the requests arrived so far (i of them; at most the horizon's) already
+        fail the run at time t."""
+        cdef long long j, late, slow, either, outj
+        cdef Py_ssize_t k, kept
+        cdef int flags, new
+        cdef double a, tf, tl, need_d, pace
+        cdef bint waiting, final_slow, ended
+        cdef list arr = self.arr, tf_ = self.t_first, tl_ = self.t_last, out_ = self.out
+        if i > self.n:
+            i = self.n
+        need = self.need(i)
+        if need is None:
+            return False
+        need_d = need
+        if self.seen < i:
+            if self.o_n + (i - self.seen) > self.o_cap:
+                self.o_cap = 2 * (self.o_n + (i - self.seen))
+                self.o_req = <long long*>realloc(self.o_req, self.o_cap * sizeof(long long))
+                self.o_flags = <int*>realloc(self.o_flags, self.o_cap * sizeof(int))
+                if self.o_req == NULL or self.o_flags == NULL:
+                    raise MemoryError()
+            for j in range(self.seen, i):
+                self.o_req[self.o_n] = j
+                self.o_flags[self.o_n] = 0
+                self.o_n += 1
+            self.seen = i
+        late, slow, either = self.late, self.slow, self.either
+        kept = 0
+        for k in range(self.o_n):
+            j = self.o_req[k]
+            flags = self.o_flags[k]
+            a = arr[j]
+            tf = tf_[j]
+            new = flags
+            waiting = tf != tf
+            if not new & 1 and (t if waiting else tf) - a > self.ttft_s:
+                new |= 1
+            outj = out_[j]
+            final_slow = outj <= 1 or (new & 2) != 0
+            if not final_slow and not waiting:
+                tl = tl_[j]
+                ended = tl == tl
+                pace = outj - 1.0
+                if pace < 1.0:
+                    pace = 1.0
+                if ((tl if ended else t) - tf) / pace > self.tpot_s:
+                    new |= 2
+                    final_slow = True
+                elif ended:
+                    final_slow = True
+            if new != flags:
+                late += (new & 1) > (flags & 1)
+                slow += (new & 2) > (flags & 2)
+                either += flags == 0
+            if final_slow and (not waiting or new & 1):
+                continue  # decided: out of the open ones
+            self.o_req[kept] = j
+            self.o_flags[kept] = new
+            kept += 1
+        self.o_n = kept
+        self.late, self.slow, self.either = late, slow, either
+        if self.union:
+            return either > need_d
+        return late > need_d or slow > need_d
+
+    def failed_reference(self, i, t):
+        from hastune.sim.stoprule import Watcher as PyWatcher
+        return PyWatcher.failed_reference(self, i, t)

@@ -1,4 +1,4 @@
-"""The compiled EPD core (hastune.sim._epd_core, issue 34) against the Python reference path
+"""The compiled EPD core (hastune.sim._core, issue 34) against the Python reference path
 (hastune/sim/epd.py's handlers with the worker and policy classes): the same simulation, so on
 generated recipes, configurations, loads, same-time bursts and paged decode pools that preempt,
 both give exactly the same run — every request's TTFT and TPOT to the last bit, the rejected,
@@ -19,7 +19,7 @@ from hastune.cluster import Cluster
 from hastune.config import parse_config
 from hastune.evaluators.sim import Evaluation
 from hastune.recipe import load_recipe
-from hastune.sim import epd
+from hastune.sim import compiled
 from hastune.sim.epd import EPDSimulator
 from hastune.sim.stoprule import StopRule
 from tests.generated import EPD_FAMILY, random_recipe, space
@@ -34,16 +34,18 @@ def SETTINGS(n: int) -> settings:
 def test_the_compiled_core_is_built():
     """The README's install builds it (setup.py; a C compiler is needed): without it EPD runs
     take the reference path, several times slower."""
-    assert epd._epd_core is not None, (
-        "hastune/sim/_epd_core.pyx is not built: pip install -e . (needs a C compiler), or "
+    assert compiled.core is not None, (
+        "hastune/sim/_core.pyx is not built: pip install -e . (needs a C compiler), or "
         "python setup.py build_ext --inplace")
 
 
 def test_the_environment_chooses_the_reference(monkeypatch):
     monkeypatch.setenv("HASTUNE_SIM_CORE", "python")
-    assert epd.core_name() == "python"
+    assert compiled.core_name() == "python"
+    assert compiled.core_name("compiled") == "compiled"  # a simulator's own choice first
     monkeypatch.delenv("HASTUNE_SIM_CORE")
-    assert epd.core_name() == "compiled"
+    assert compiled.core_name() == "compiled"
+    assert compiled.core_name("python") == "python"
 
 
 def fingerprint(run) -> tuple:
