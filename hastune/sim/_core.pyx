@@ -213,6 +213,7 @@ cdef class Net:
 
 cdef class Prefill:
     cdef object py
+    cdef dict rates
     cdef long long gpu, version, batches, kv_links
     cdef double remaining, rate, share, last_t, outstanding, sm_busy_s, fixed, per_tok, per_sq
     cdef double max_tokens, due, planned, kv_bytes
@@ -233,6 +234,7 @@ cdef class Prefill:
     cdef void setup(self, object w) except *:
         cdef Py_ssize_t i
         self.py = w
+        self.rates = {}
         self.gpu = w.gpu
         self.version = w.version
         self.batches = w.batches
@@ -1014,7 +1016,11 @@ cdef class Core:
         return False
 
     cdef double rate_at(self, Prefill w, double share) except? -1.0:
-        return w.py.rate_at(share)
+        """PrefillWorker.rate_at (cached per worker: the shares repeat)."""
+        r = w.rates.get(share)
+        if r is None:
+            r = w.rates[share] = w.py.rate_at(share)
+        return r
 
     # -- arrival and encode ---------------------------------------------------------------
     cdef int arrive(self, long long r, double t) except -1:

@@ -148,7 +148,7 @@ class _EPDRun:
     """The state of one run and its event handlers."""
 
     __slots__ = ("sim", "rate", "loop", "heap", "seq", "pre_tok", "enc_tok", "out_tok",
-                 "llm_tok", "t_first", "t_last", "rejected", "net", "emb_bytes",
+                 "llm_tok", "t_first", "t_last", "rejected", "net", "emb_bytes", "n_mm",
                  "enc", "router", "local", "remote", "dws", "dws_rest", "rr", "rr_text",
                  "text_at_encode", "on_enc_done", "on_timer", "on_pf_arrive", "on_pf_done")
 
@@ -172,6 +172,7 @@ class _EPDRun:
         self.net = network(Network, sim.cluster, cfg.gpus, sim.layout)
         self.emb_bytes = prof.embedding_bytes_per_token
         mm_share = float((reqs.encoder_tokens > 0).mean()) if n else 0.0
+        self.n_mm = int((reqs.encoder_tokens > 0).sum())  # multimodal requests in the set
         pols = [policies_for(cfg, rate * mm_share, tm.encode.curve_for) for _ in range(n_E)]
         # one deficit counter for the whole pool (the engine keeps one per encode worker:
         # with round-robin arrivals the shares agree within n_E requests)
@@ -354,7 +355,7 @@ class _EPDRun:
         nb = sum(e.batches for e in enc)
         router = self.router
         extra = {
-            "mean_encode_batch": (sum(1 for x in self.enc_tok if x > 0) / nb) if nb else 0.0,
+            "mean_encode_batch": self.n_mm / nb if nb else 0.0,
             "remote_prefill_share": router.remote / max(router.remote + router.local, 1),
             "network_GB": self.net.bytes_moved / 1e9,
         }
