@@ -22,6 +22,17 @@ from libc.string cimport memset
 
 from hastune.sim.events import SimulationError
 
+cdef extern from *:
+    """
+    #ifndef HASTUNE_CORE_SHA
+    #define HASTUNE_CORE_SHA ""
+    #endif
+    """
+    const char* HASTUNE_CORE_SHA
+
+# sha256 of the _core.pyx this module was compiled from (setup.py; "" if built otherwise)
+BUILT_FROM = HASTUNE_CORE_SHA.decode()
+
 cdef enum:
     PRIO_DONE = 0
     PRIO_ARRIVE = 1

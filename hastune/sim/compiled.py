@@ -6,14 +6,32 @@ it was not built (no C compiler) or where HASTUNE_SIM_CORE=python asks for them
 
 from __future__ import annotations
 
+import hashlib
 import os
+import warnings
+from pathlib import Path
 from types import ModuleType
 
-core: ModuleType | None
-try:
-    from hastune.sim import _core as core
-except ImportError:  # built without a C compiler: the Python reference paths
-    core = None
+SOURCE = Path(__file__).with_name("_core.pyx")
+
+
+def _load() -> ModuleType | None:
+    """The compiled module, or None: not built (no C compiler), or built from another
+    _core.pyx than the one beside it (a checkout changed since its last build: a stale core
+    would not be the simulation the Python path is; `pip install -e .` rebuilds it)."""
+    try:
+        from hastune.sim import _core
+    except ImportError:
+        return None
+    if SOURCE.exists() and _core.BUILT_FROM != hashlib.sha256(SOURCE.read_bytes()).hexdigest():
+        warnings.warn("hastune/sim/_core.pyx changed since the compiled core was built: "
+                      "running the Python path (several times slower); rebuild it with "
+                      "pip install -e .", RuntimeWarning, stacklevel=2)
+        return None
+    return _core
+
+
+core: ModuleType | None = _load()
 
 
 def core_name(choice: str | None = None) -> str:

@@ -39,6 +39,19 @@ def test_the_compiled_core_is_built():
         "python setup.py build_ext --inplace")
 
 
+def test_a_core_built_from_another_source_is_not_used(monkeypatch, tmp_path):
+    """A checkout whose _core.pyx changed since its last build (a pull without a reinstall)
+    runs the Python path, with a warning that says how to rebuild, rather than a stale core;
+    the one built from the _core.pyx beside it is used."""
+    assert compiled.core is not None and compiled.core.BUILT_FROM  # built by setup.py
+    assert compiled._load() is compiled.core
+    changed = tmp_path / "_core.pyx"
+    changed.write_bytes(compiled.SOURCE.read_bytes() + b"\n# changed\n")
+    monkeypatch.setattr(compiled, "SOURCE", changed)
+    with pytest.warns(RuntimeWarning, match="pip install -e ."):
+        assert compiled._load() is None
+
+
 def test_the_environment_chooses_the_reference(monkeypatch):
     monkeypatch.setenv("HASTUNE_SIM_CORE", "python")
     assert compiled.core_name() == "python"
