@@ -43,12 +43,17 @@ INSTALL_FIX = "pip install 'hastune[kernels]'"
 ENGINES = ("vllm", "sglang", "trtllm")
 ENGINE_LABEL = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 PKG_DTYPE = {  # role → hastune dtype → the package's value
-    "gemm": {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"},
+    "gemm": {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
+             "mxfp4": "bfloat16"},
+    # the routed experts' kernels: gpt-oss's MXFP4 experts run as 4-bit weights with bf16
+    # activations on every GPU the tables have them for (vLLM's and TensorRT-LLM's w4a16)
+    "moe": {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
+            "mxfp4": "w4a16_mxfp4"},
     "kv": {"bf16": "bfloat16", "fp8": "fp8"},
     # NVFP4 checkpoints (ModelOpt) leave MLA's projections out of the quantization
     # (hf_quant_config.json's exclude_modules: every self_attn projection): bf16 rows
     "mla_gemm": {"bf16": "bfloat16", "fp8": "fp8_block", "fp8_block": "fp8_block",
-                 "nvfp4": "bfloat16"},
+                 "nvfp4": "bfloat16", "mxfp4": "bfloat16"},
     "comm": {"bf16": "half", "fp8": "int8"},
 }
 _MOE_ROWS: dict = {}    # (source, system, path) → moe_lanes' key → lane, filled by _rows
@@ -84,7 +89,7 @@ SPECS: dict[str, Spec] = {
     "allreduce": Spec("comm", "custom_allreduce_perf", COLUMNS["allreduce"],
                       (("allreduce_dtype", "bf16"),)),
     # extras for MoE / MLA models: fused MoE (all experts of one layer, one GPU's share)
-    "moe": Spec("moe", "moe_perf", MOE_COLUMNS, (("moe_dtype", "gemm"),),
+    "moe": Spec("moe", "moe_perf", MOE_COLUMNS, (("moe_dtype", "moe"),),
                 (("distribution", "power_law_1.2"),)),
     # MLA attention kernel alone (SGLang, TensorRT-LLM); num_heads per GPU at tp_size
     "context_mla": Spec("mla", "context_mla_perf", ("batch_size", "isl", "num_heads", "tp_size"),
@@ -154,7 +159,7 @@ class AicSource(KernelSource):
 
     engine: str = "vllm"
     version: str | None = None        # None: the package's current; "newest"; or exact
-    gemm_dtype: str = "bf16"          # GEMM and MoE weights: bf16 | fp8 | fp8_block | nvfp4
+    gemm_dtype: str = "bf16"          # GEMM and MoE weights: bf16 | fp8 | fp8_block | nvfp4 | mxfp4
     kv_dtype: str = "bf16"            # KV cache (attention, MLA): bf16 | fp8
     comm_dtype: str = "bf16"          # NCCL tables: bf16 (half) | fp8 (int8)
     nccl_version: str | None = None   # None: the system yaml's nccl_version, else newest
@@ -348,8 +353,8 @@ class AicSource(KernelSource):
         return str(names[int(np.argmax(counts))])
 
     def _dtype(self, role: str) -> str:
-        return {"gemm": self.gemm_dtype, "mla_gemm": self.gemm_dtype, "kv": self.kv_dtype,
-                "comm": self.comm_dtype}[role]
+        return {"gemm": self.gemm_dtype, "mla_gemm": self.gemm_dtype, "moe": self.gemm_dtype,
+                "kv": self.kv_dtype, "comm": self.comm_dtype}[role]
 
     def _spec(self, kind: str) -> Spec:
         if kind not in SPECS:

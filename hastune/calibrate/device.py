@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from hastune.calibrate.gpus import GPUS, GPUSpec
-from hastune.calibrate.kernels import DTYPE_BYTES, AllReduceModel, KernelModel, MoEModel
+from hastune.calibrate.kernels import DTYPE_BYTES, MOE_BYTES, AllReduceModel, KernelModel, MoEModel
 from hastune.calibrate.sources import CSV_DATABASE, KernelSource, as_source
 from hastune.calibrate.tables import HOLDOUT_FRACTION, HOLDOUT_SEED, Hardware
 
@@ -221,7 +221,7 @@ class Device:
         local = experts / mep
         touched = local * (1.0 - (1.0 - topk / experts) ** x)
         flops = 2.0 * x * topk / mep * w
-        nbytes = DTYPE_BYTES[self.kernels.gemm_dtype] * touched * w
+        nbytes = MOE_BYTES[self.kernels.gemm_dtype] * touched * w
         p, bw = self.kernels.hw.peak_flops, self.kernels.hw.mem_bw
         return t * np.maximum(flops / (p * c), nbytes / (bw * b)) / np.maximum(flops / p,
                                                                               nbytes / bw)

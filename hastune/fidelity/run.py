@@ -8,6 +8,7 @@ links (`LINKS`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +17,12 @@ from hastune import engine_terms as et
 from hastune.archs.fudg import FuDGConfig
 from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
+from hastune.errors import InputError
 from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Case, model_dir
 from hastune.profile import Profile
 from hastune.recipe import Recipe
+from hastune.regimes import gpu_class
 from hastune.sim.fudg import FuDGSimulator
 from hastune.sim.nodg import NoDGSimulator
 from hastune.sim.warmup import steady_run
@@ -94,6 +97,30 @@ def fudg_config(case: Case) -> FuDGConfig:
                       decode_expert_parallel=p.decode_ep, placement="grouped")
 
 
+def weights_run(weights: str, model: str, gpu: str) -> str:
+    """The weights a run of `model` (a config folder or file) on `gpu` labelled `weights` ran.
+    The file's fp4 (nvfp4) for an MXFP4 checkpoint (gpt-oss's) on a GPU without FP4 tensor
+    cores (Hopper) is that checkpoint as the engines run it there: the routed experts MXFP4
+    with bf16 activations (the tables' w4a16_mxfp4 MoE rows), every other weight bf16. On
+    Blackwell the engines run its experts on the FP4 tensor cores (MXFP4 × MXFP8), whose
+    nearest measured kernels are the NVFP4 rows: the label stands (timed with the mxfp4
+    rows instead, the B200 rows' TTFT error went from 10% to 32% on vLLM, 44% to 89% on
+    TensorRT-LLM)."""
+    if weights != "nvfp4" or gpu_class(gpu) == "blackwell":
+        return weights
+    return "mxfp4" if _checkpoint(model) == "mxfp4" else weights
+
+
+@lru_cache(maxsize=64)
+def _checkpoint(model: str) -> str:
+    from hastune.models.hf import load_model
+
+    try:
+        return str(load_model(model).llm.checkpoint_precision)
+    except (InputError, ValueError, OSError):
+        return "unknown"  # (the recipe's own checks say what is wrong with it)
+
+
 def recipe_for(case: Case, models: dict[str, str], path: Path,
                rounds: int = ROUNDS, exact: bool = False) -> Recipe:
     """The recipe a measured run stands for: its model, GPU, precision and engine, `clients`
@@ -108,9 +135,10 @@ def recipe_for(case: Case, models: dict[str, str], path: Path,
     elif not exact:
         n = max(min(MAX_REQUESTS, max(n, 4 * case.clients)), min(n, 3 * case.clients))
     kv = "fp8" if h.kv_fp8 else "bf16"
+    model = model_dir(case.model, models, path)
     return Recipe.model_validate({
-        "name": case.id[:80], "model": model_dir(case.model, models, path),
-        "precision": {"weights": case.weights, "kv_cache": kv},
+        "name": case.id[:80], "model": model,
+        "precision": {"weights": weights_run(case.weights, model, case.gpu), "kv_cache": kv},
         "engine": {"name": case.engine},
         "cluster": cluster_for(case),
         "workload": {"requests": n, "arrival": {"process": "closed", "think_s": 0.0},

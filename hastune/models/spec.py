@@ -14,8 +14,10 @@ import math
 from dataclasses import dataclass, field
 
 PRECISIONS = ("bf16", "fp8")
-# NVFP4: 4-bit values with one fp8 scale per block of 16 (ModelOpt, Blackwell): 4.5 bits each
-BYTES_PER = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5625}
+# NVFP4: 4-bit values with one fp8 scale per block of 16 (ModelOpt, Blackwell): 4.5 bits each;
+# MXFP4: 4-bit values with one 8-bit scale per block of 32 (gpt-oss's experts): 4.25 bits
+BYTES_PER = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "mxfp4": 0.53125}
+EXPERTS_ONLY = frozenset({"mxfp4"})  # quantizes the routed experts alone, the rest is bf16
 
 
 def precision_bytes(precision: str) -> float:
@@ -168,9 +170,14 @@ class LLMArch:
         """Weights per GPU. fp8 covers the linear projections only. `ep`: the expert-
         parallel degree (0: experts TP-split over the group like every other weight; else the
         routed experts spread whole over `ep` GPUs, the rest split over `tp`)."""
-        if precision == "bf16" and not (ep and self.moe):
+        if (precision == "bf16" or precision in EXPERTS_ONLY and not self.moe) \
+                and not (ep and self.moe):
             return 2.0 * self.params / tp
         b = precision_bytes(precision)
+        if precision in EXPERTS_ONLY:  # the routed experts at b, every other weight bf16
+            experts = self.moe_layers * self.expert_params() * b
+            total = (self.params - self.moe_layers * self.expert_params()) * 2.0 + experts
+            return total / tp if not ep else (total - experts) / tp + experts / ep
         lin = self.linear_params()
         total = lin * b + (self.params - lin) * 2.0
         if not (ep and self.moe):

@@ -1,8 +1,10 @@
 """Rows of silicon_train.csv that issue 36's models, precisions and GPUs bring: MiniMax-M2.5,
 gpt-oss-120b and Kimi K2.5 (read from aiconfigurator-core's packaged configs), NVFP4 weights
 on B200, GB200 (`gb200`), a quantized checkpoint's name (…-FP8, …-NVFP4) read as its base
-model. One row of each is scored with finite simulated latencies; NVFP4 on Hopper comes back
-unsupported with the reason; base names follow the rule on generated names."""
+model, gpt-oss's fp4 on Hopper as its MXFP4 checkpoint. One row of each is scored with finite
+simulated latencies; NVFP4 on Hopper of another checkpoint (a DeepSeek-R1-NVFP4 row moved to
+H200) comes back unsupported with the reason; base names follow the rule on generated
+names."""
 
 from __future__ import annotations
 
@@ -32,8 +34,12 @@ SCORED = [
     ("nvidia/DeepSeek-R1-NVFP4", "b200_sxm", "nvfp4", "trtllm", "agg"),
     ("nvidia/Llama-3.1-8B-Instruct-FP8", "h200_sxm", "fp8", "vllm", "agg"),
     ("deepseek-ai/DeepSeek-V3", "gb200", "nvfp4", "sglang", "disagg"),
+    ("openai/gpt-oss-120b", "h200_sxm", "nvfp4", "vllm", "agg"),   # as MXFP4: its checkpoint
+    ("openai/gpt-oss-120b", "h100_sxm", "nvfp4", "vllm", "agg"),
+    ("openai/gpt-oss-120b", "h200_sxm", "nvfp4", "trtllm", "agg"),
 ]
-HOPPER_FP4 = ("openai/gpt-oss-120b", "h200_sxm", "nvfp4", "vllm", "agg")
+# an NVFP4 checkpoint's row, moved to Hopper (the file has none: it has no FP4 tensor cores)
+HOPPER_FP4 = ("nvidia/DeepSeek-R1-NVFP4", "b200_sxm", "nvfp4", "trtllm", "agg")
 
 
 def _first(key) -> dict:
@@ -48,7 +54,8 @@ def _first(key) -> dict:
 
 
 def test_new_families_are_scored(tmp_path):
-    rows = [_first(k) for k in SCORED] + [_first(HOPPER_FP4)]
+    rows = [_first(k) for k in SCORED] + [{**_first(HOPPER_FP4), "system": "h200_sxm",
+                                           "id": "nvfp4-moved-to-h200"}]
     path = tmp_path / "runs.csv"
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, list(ROWS[0]))

@@ -1,0 +1,105 @@
+"""MXFP4 weights (issue 36: gpt-oss's own format, the measured runs' fp4 on Hopper): the
+routed experts at 4.25 bits (4-bit values, one 8-bit scale per 32), every other weight bf16,
+their MoE kernels the tables' w4a16_mxfp4 rows; a measured run labelled fp4 of an MXFP4
+checkpoint on Hopper (no FP4 tensor cores) runs as that checkpoint, the same label on
+Blackwell or for another checkpoint stands; an export needs an MXFP4 checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hastune.calibrate.aic_profiles import build_profile
+from hastune.errors import InputError
+from hastune.export import check_model
+from hastune.fidelity.rows import aic_model_config
+from hastune.fidelity.run import weights_run
+from hastune.model_ref import Precision
+from hastune.models.hf import load_model
+from hastune.models.spec import BYTES_PER
+
+GPT_OSS = aic_model_config("openai/gpt-oss-120b")
+DEEPSEEK = aic_model_config("deepseek-ai/DeepSeek-V3")
+
+
+def test_the_packaged_configs_are_there():
+    """aiconfigurator-core (the `kernels` extra) packages both configs."""
+    assert GPT_OSS is not None and DEEPSEEK is not None
+
+
+@settings(max_examples=60, deadline=None)
+@given(experts=st.sampled_from([8, 16, 32, 64, 128]), moe_ffn=st.sampled_from([512, 1024, 2880]),
+       layers=st.integers(2, 40), tp=st.sampled_from([1, 2, 4, 8]), whole=st.booleans())
+def test_mxfp4_weights_are_the_experts_at_425_bits_and_the_rest_bf16(experts, moe_ffn, layers,
+                                                                     tp, whole):
+    """On generated MoE shapes (gpt-oss's, other expert counts, widths and depths), TP-split
+    or whole experts over EP = TP: what each GPU holds is the experts' share at 0.53125
+    bytes and the rest's at 2."""
+    llm = load_model(GPT_OSS).llm
+    spec = dataclasses.replace(llm, experts=experts, moe_ffn=moe_ffn, layers=layers,
+                               experts_per_token=min(4, experts), sliding_layers=0,
+                               sliding_layer_ids=())
+    ex = spec.moe_layers * spec.expert_params()
+    rest = spec.params - ex
+    ep = tp if whole else 0
+    got = spec.weight_bytes(tp, "mxfp4", ep)
+    want = rest * 2.0 / tp + ex * BYTES_PER["mxfp4"] / (ep or tp)
+    assert got == pytest.approx(want, rel=1e-12)
+    assert got < spec.weight_bytes(tp, "bf16", ep)
+    # a dense model has no experts to quantize: all of it bf16
+    dense = dataclasses.replace(spec, experts=0, experts_per_token=0, moe_ffn=0)
+    assert dense.weight_bytes(tp, "mxfp4") == dense.weight_bytes(tp, "bf16")
+
+
+@pytest.mark.parametrize("system", ["h100_sxm", "h200_sxm"])
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_gpt_oss_profiles_on_hopper(system, engine):
+    """The checkpoint's precision on Hopper: the experts' kernels are the w4a16_mxfp4 rows
+    (slower than bf16 ones where compute-bound: the tables say so), 65 GB of weights."""
+    arch = load_model(GPT_OSS)
+    assert arch.llm.checkpoint_precision == "mxfp4"
+    mx = build_profile(arch, system, {"weights": "mxfp4", "kv_cache": "bf16"}, engine)
+    ex = arch.llm.moe_layers * arch.llm.expert_params()
+    assert mx["memory"]["weight_bytes"] == pytest.approx(
+        ex * 0.53125 + (arch.llm.params - ex) * 2.0, rel=1e-9)
+    with pytest.raises(InputError, match="FP4 tensor cores"):  # NVFP4 stays refused there
+        build_profile(arch, system, {"weights": "nvfp4", "kv_cache": "bf16"}, engine)
+
+
+def test_a_recipe_of_an_mxfp4_checkpoint_defaults_to_it():
+    from hastune.model_ref import precision_of
+
+    rec = SimpleNamespace(precision=None)
+    assert precision_of(rec, load_model(GPT_OSS)).weights == "mxfp4"  # type: ignore[arg-type]
+    assert Precision(weights="mxfp4").weights == "mxfp4"
+
+
+@pytest.mark.parametrize("weights, model, gpu, want", [
+    ("nvfp4", "gpt", "h100-80gb", "mxfp4"),      # Hopper: the checkpoint as it runs there
+    ("nvfp4", "gpt", "h200-141gb", "mxfp4"),
+    ("nvfp4", "gpt", "b200-180gb", "nvfp4"),     # Blackwell: FP4 tensor cores, label stands
+    ("nvfp4", "gpt", "gb200-186gb", "nvfp4"),
+    ("nvfp4", "deepseek", "h200-141gb", "nvfp4"),  # an NVFP4 label of another checkpoint
+    ("fp8", "gpt", "h100-80gb", "fp8"),
+    ("bf16", "gpt", "h200-141gb", "bf16"),
+])
+def test_a_measured_runs_fp4_of_an_mxfp4_checkpoint(weights, model, gpu, want):
+    path = str(GPT_OSS if model == "gpt" else DEEPSEEK)
+    assert weights_run(weights, path, gpu) == want
+
+
+@pytest.mark.parametrize("ckpt, refused", [("bf16", True), ("nvfp4", True), ("mxfp4", False)])
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "dynamo"])
+def test_mxfp4_export_needs_an_mxfp4_checkpoint(engine, ckpt, refused):
+    t = SimpleNamespace(engine_model="org/Model", checkpoint_precision=ckpt,
+                        precision=SimpleNamespace(weights="mxfp4"))
+    if not refused:
+        check_model(t, engine)  # type: ignore[arg-type]
+        return
+    with pytest.raises(InputError) as info:
+        check_model(t, engine)  # type: ignore[arg-type]
+    assert info.value.field == "precision.weights" and "MXFP4 checkpoint" in info.value.fix
