@@ -37,5 +37,5 @@ core: ModuleType | None = _load()
 def core_name(choice: str | None = None) -> str:
     """Which path runs: "compiled" or "python" — `choice` where given (a simulator's own,
     EPDSimulator.core), else HASTUNE_SIM_CORE=python, else the compiled one where built."""
-    want = choice or os.environ.get("HASTUNE_SIM_CORE", "").lower() or "compiled"
-    return "compiled" if want == "compiled" and core is not None else "python"
+    want = choice or os.environ.get("HASTUNE_SIM_CORE", "").strip().lower()
+    return "python" if want == "python" or core is None else "compiled"
