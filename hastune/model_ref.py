@@ -38,14 +38,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-Weights = Literal["bf16", "fp8", "nvfp4", "mxfp4"]
+Weights = Literal["bf16", "fp8", "nvfp4", "mxfp4", "int4"]
 WEIGHTS: tuple[str, ...] = get_args(Weights)  # what precision.weights may be
 
 
 class Precision(_Strict):
     """Weights and KV cache: bf16 or fp8 (`precision: fp8` = fp8 weights, bf16 KV cache);
-    weights may also be nvfp4 (Blackwell GPUs, an NVFP4 checkpoint) or mxfp4 (gpt-oss's own
-    format: the routed experts in MXFP4, every other weight bf16)."""
+    weights may also be nvfp4 (Blackwell GPUs, an NVFP4 checkpoint), mxfp4 (gpt-oss's own
+    format: the routed experts in MXFP4, every other weight bf16) or int4 (weight-only int4
+    groups on the routed experts, compressed-tensors: Kimi K2.5's)."""
 
     weights: Weights = "bf16"
     kv_cache: Literal["bf16", "fp8"] = "bf16"

@@ -44,16 +44,17 @@ ENGINES = ("vllm", "sglang", "trtllm")
 ENGINE_LABEL = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 PKG_DTYPE = {  # role → hastune dtype → the package's value
     "gemm": {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
-             "mxfp4": "bfloat16"},
+             "mxfp4": "bfloat16", "int4": "bfloat16"},
     # the routed experts' kernels: gpt-oss's MXFP4 experts run as 4-bit weights with bf16
-    # activations on every GPU the tables have them for (vLLM's and TensorRT-LLM's w4a16)
+    # activations on every GPU the tables have them for (vLLM's and TensorRT-LLM's w4a16);
+    # weight-only int4 groups (Kimi K2.5's) as the tables' int4_wo rows (vLLM, SGLang)
     "moe": {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
-            "mxfp4": "w4a16_mxfp4"},
+            "mxfp4": "w4a16_mxfp4", "int4": "int4_wo"},
     "kv": {"bf16": "bfloat16", "fp8": "fp8"},
     # NVFP4 checkpoints (ModelOpt) leave MLA's projections out of the quantization
     # (hf_quant_config.json's exclude_modules: every self_attn projection): bf16 rows
     "mla_gemm": {"bf16": "bfloat16", "fp8": "fp8_block", "fp8_block": "fp8_block",
-                 "nvfp4": "bfloat16", "mxfp4": "bfloat16"},
+                 "nvfp4": "bfloat16", "mxfp4": "bfloat16", "int4": "bfloat16"},
     "comm": {"bf16": "half", "fp8": "int8"},
 }
 _MOE_ROWS: dict = {}    # (source, system, path) → moe_lanes' key → lane, filled by _rows
@@ -159,7 +160,7 @@ class AicSource(KernelSource):
 
     engine: str = "vllm"
     version: str | None = None        # None: the package's current; "newest"; or exact
-    gemm_dtype: str = "bf16"          # GEMM and MoE weights: bf16 | fp8 | fp8_block | nvfp4 | mxfp4
+    gemm_dtype: str = "bf16"          # weights: bf16 | fp8 | fp8_block | nvfp4 | mxfp4 | int4
     kv_dtype: str = "bf16"            # KV cache (attention, MLA): bf16 | fp8
     comm_dtype: str = "bf16"          # NCCL tables: bf16 (half) | fp8 (int8)
     nccl_version: str | None = None   # None: the system yaml's nccl_version, else newest

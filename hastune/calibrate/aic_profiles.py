@@ -15,7 +15,8 @@ from hastune.calibrate.aic import AicSource
 from hastune.calibrate.gpus import GPUS, GPUSpec
 from hastune.errors import InputError
 
-PRECISIONS = ("bf16", "fp8", "fp8_block", "nvfp4", "mxfp4")   # weights; the KV cache: bf16 | fp8
+# weights; the KV cache: bf16 | fp8
+PRECISIONS = ("bf16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4")
 
 
 def gpu_spec(gpu: str, source: AicSource) -> GPUSpec:

@@ -35,9 +35,11 @@ BANDWIDTH_OCTAVES = 0.5
 PRIOR_WEIGHT = 1e-3
 BYTES = 2.0  # bf16
 # a weights dtype → bytes per weight its GEMM kernels read (nvfp4: + scales; mxfp4 quantizes
-# the routed experts alone, its GEMM rows are bf16), and its fused MoE kernels (MOE_BYTES)
-DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625, "mxfp4": 2.0}
-MOE_BYTES = {**DTYPE_BYTES, "mxfp4": 0.53125}
+# and int4 quantize the routed experts alone, their GEMM rows are bf16), and its fused MoE
+# kernels (MOE_BYTES)
+DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625, "mxfp4": 2.0,
+               "int4": 2.0}
+MOE_BYTES = {**DTYPE_BYTES, "mxfp4": 0.53125, "int4": 0.5625}
 Costs = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 

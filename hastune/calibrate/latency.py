@@ -50,7 +50,7 @@ MLA_GEMMS = frozenset({"qkv_a", "q_b", "q", "kv_a", "q_nope_to_latent", "latent_
 MLA_MODULE = {"prefill": "mla_context_module", "decode": "mla_generation_module"}
 UNQUANTIZED = frozenset({"router", "shared_gate"})   # bf16 under fp8 weights (vLLM, spec.py)
 PRECISION = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8",   # dtype → bytes of spec.py
-             "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
+             "nvfp4": "nvfp4", "mxfp4": "mxfp4", "int4": "int4"}
 
 
 class LatencyModel:

@@ -274,8 +274,8 @@ def build(
     gpu: str = typer.Option(..., "--gpu", help="a hastune GPU (h100-80gb, h200-141gb, "
                             "b200-180gb, ...) or a kernel-database system (b200_sxm, gb200, ...)"),
     precision: str | None = typer.Option(None, "--precision", help="weights: bf16 | fp8 | "
-                                         "nvfp4 (Blackwell) | mxfp4 (the experts of an "
-                                         "MXFP4 checkpoint) (default: the checkpoint's)"),
+                                         "nvfp4 (Blackwell) | mxfp4 | int4 (the experts of "
+                                         "such a checkpoint) (default: the checkpoint's)"),
     kv_cache: str = typer.Option("bf16", "--kv-cache", help="KV cache: bf16 | fp8"),
     engine: str = typer.Option("vllm", "--engine", help="whose measured kernels: vllm | "
                                "sglang | trtllm"),
@@ -307,8 +307,8 @@ def build(
     except ValidationError:
         raise InputError(None, "--precision" if weights not in WEIGHTS else
                          "--kv-cache", f"unknown precision {weights}/{kv_cache}",
-                         "use bf16, fp8, nvfp4 (Blackwell) or mxfp4 weights and a bf16 or "
-                         "fp8 KV cache") from None
+                         "use bf16, fp8, nvfp4 (Blackwell), mxfp4 or int4 weights and a "
+                         "bf16 or fp8 KV cache") from None
     try:
         eng = Engine(name=engine, version=engine_version)
     except ValidationError:

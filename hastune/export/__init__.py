@@ -115,15 +115,18 @@ def check_model(t: Target, engine: str) -> None:
                          "name the NVFP4 checkpoint as the model (its config.json has "
                          "quantization_config quant_method: modelopt, quant_algo: NVFP4), or "
                          "tune with precision.weights fp8 or bf16")
-    if engine != "runners" and t.precision.weights == "mxfp4" \
-            and t.checkpoint_precision != "mxfp4":
-        raise InputError(None, "precision.weights", "mxfp4 weights, but the model's config is "
-                         f"a {t.checkpoint_precision} checkpoint's: {engine} runs MXFP4 "
-                         "experts from an MXFP4 checkpoint (gpt-oss's) and does not quantize "
-                         "to MXFP4 as it loads",
-                         "name the MXFP4 checkpoint as the model (its config.json has "
-                         "quantization_config quant_method: mxfp4), or tune with "
-                         "precision.weights fp8 or bf16")
+    own = {"mxfp4": ("MXFP4", "an MXFP4 checkpoint (gpt-oss's)", "quant_method: mxfp4"),
+           "int4": ("int4", "a compressed-tensors int4 checkpoint (Kimi K2.5's)",
+                    "quant_method: compressed-tensors, 4-bit int weight groups")}
+    w = t.precision.weights
+    if engine != "runners" and w in own and t.checkpoint_precision != w:
+        name, ckpt, how = own[w]
+        raise InputError(None, "precision.weights", f"{w} weights, but the model's config is "
+                         f"a {t.checkpoint_precision} checkpoint's: {engine} runs {name} "
+                         f"experts from {ckpt} and does not quantize to {name} as it loads",
+                         f"name the {name} checkpoint as the model (its config.json has "
+                         f"quantization_config {how}), or tune with precision.weights fp8 "
+                         "or bf16")
 
 
 def check_commands(cmds: list[Command]) -> None:

@@ -26,7 +26,8 @@ MODELS = {"meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
           "meta-llama/Llama-3.1-8B": "llama-3.1-8b",
           "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
           "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b"}
-QUANT = {"": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4"}
+QUANT = {"": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4",
+         "int4_wo": "int4"}
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ OWN_FORMATS = {"mxfp4": "mxfp4"}
 def checkpoint_precision(c: Cfg) -> str:
     """bf16; fp8 for an fp8 quantization_config; nvfp4 for ModelOpt's NVFP4; mxfp4 for
     gpt-oss's own format (OWN_FORMATS), int4 for compressed-tensors' weight-only int4 groups
-    (both kept for the record: timed as the precision a recipe names); anything else is
+    (both on the routed experts: hastune.models.spec.EXPERTS_ONLY); anything else is
     refused."""
     q = c.sub("quantization_config", None)
     if q is None:

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 
 PRECISIONS = ("bf16", "fp8")
 # NVFP4: 4-bit values with one fp8 scale per block of 16 (ModelOpt, Blackwell): 4.5 bits each;
-# MXFP4: 4-bit values with one 8-bit scale per block of 32 (gpt-oss's experts): 4.25 bits
-BYTES_PER = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "mxfp4": 0.53125}
-EXPERTS_ONLY = frozenset({"mxfp4"})  # quantizes the routed experts alone, the rest is bf16
+# MXFP4: 4-bit values with one 8-bit scale per block of 32 (gpt-oss's experts): 4.25 bits;
+# int4: weight-only int4 groups of 32 with a bf16 scale (compressed-tensors, Kimi K2.5's
+# experts): 4.5 bits
+BYTES_PER = {"bf16": 2.0, "fp8": 1.0, "nvfp4": 0.5625, "mxfp4": 0.53125, "int4": 0.5625}
+EXPERTS_ONLY = frozenset({"mxfp4", "int4"})  # the routed experts quantized, the rest bf16
 
 
 def precision_bytes(precision: str) -> float:

@@ -1,8 +1,10 @@
-"""MXFP4 weights (issue 36: gpt-oss's own format, the measured runs' fp4 on Hopper): the
-routed experts at 4.25 bits (4-bit values, one 8-bit scale per 32), every other weight bf16,
-their MoE kernels the tables' w4a16_mxfp4 rows; a measured run labelled fp4 of an MXFP4
-checkpoint on Hopper (no FP4 tensor cores) runs as that checkpoint, the same label on
-Blackwell or for another checkpoint stands; an export needs an MXFP4 checkpoint."""
+"""Weights that quantize the routed experts alone (issue 36), every other weight bf16: MXFP4
+(gpt-oss's own format, the measured runs' fp4 on Hopper: 4.25 bits, 4-bit values with one
+8-bit scale per 32; the tables' w4a16_mxfp4 MoE rows) and int4 (compressed-tensors'
+weight-only int4 groups of 32, Kimi K2.5's: 4.5 bits; the tables' int4_wo MoE rows). A
+measured run labelled fp4 of an MXFP4 checkpoint on Hopper (no FP4 tensor cores) runs as that
+checkpoint, the same label on Blackwell or for another checkpoint stands; a row's int4_wo is
+int4; an export needs the matching checkpoint."""
 
 from __future__ import annotations
 
@@ -24,21 +26,24 @@ from hastune.models.spec import BYTES_PER
 
 GPT_OSS = aic_model_config("openai/gpt-oss-120b")
 DEEPSEEK = aic_model_config("deepseek-ai/DeepSeek-V3")
+KIMI = aic_model_config("moonshotai/Kimi-K2.5")
 
 
 def test_the_packaged_configs_are_there():
-    """aiconfigurator-core (the `kernels` extra) packages both configs."""
-    assert GPT_OSS is not None and DEEPSEEK is not None
+    """aiconfigurator-core (the `kernels` extra) packages the configs."""
+    assert GPT_OSS is not None and DEEPSEEK is not None and KIMI is not None
 
 
 @settings(max_examples=60, deadline=None)
 @given(experts=st.sampled_from([8, 16, 32, 64, 128]), moe_ffn=st.sampled_from([512, 1024, 2880]),
-       layers=st.integers(2, 40), tp=st.sampled_from([1, 2, 4, 8]), whole=st.booleans())
-def test_mxfp4_weights_are_the_experts_at_425_bits_and_the_rest_bf16(experts, moe_ffn, layers,
-                                                                     tp, whole):
+       layers=st.integers(2, 40), tp=st.sampled_from([1, 2, 4, 8]), whole=st.booleans(),
+       precision=st.sampled_from(["mxfp4", "int4"]))
+def test_experts_only_weights_are_the_experts_at_4_bits_and_the_rest_bf16(experts, moe_ffn,
+                                                                          layers, tp, whole,
+                                                                          precision):
     """On generated MoE shapes (gpt-oss's, other expert counts, widths and depths), TP-split
     or whole experts over EP = TP: what each GPU holds is the experts' share at 0.53125
-    bytes and the rest's at 2."""
+    (MXFP4) or 0.5625 (int4) bytes and the rest's at 2."""
     llm = load_model(GPT_OSS).llm
     spec = dataclasses.replace(llm, experts=experts, moe_ffn=moe_ffn, layers=layers,
                                experts_per_token=min(4, experts), sliding_layers=0,
@@ -46,13 +51,14 @@ def test_mxfp4_weights_are_the_experts_at_425_bits_and_the_rest_bf16(experts, mo
     ex = spec.moe_layers * spec.expert_params()
     rest = spec.params - ex
     ep = tp if whole else 0
-    got = spec.weight_bytes(tp, "mxfp4", ep)
-    want = rest * 2.0 / tp + ex * BYTES_PER["mxfp4"] / (ep or tp)
+    got = spec.weight_bytes(tp, precision, ep)
+    want = rest * 2.0 / tp + ex * {"mxfp4": 0.53125, "int4": 0.5625}[precision] / (ep or tp)
+    assert BYTES_PER[precision] == {"mxfp4": 0.53125, "int4": 0.5625}[precision]
     assert got == pytest.approx(want, rel=1e-12)
     assert got < spec.weight_bytes(tp, "bf16", ep)
     # a dense model has no experts to quantize: all of it bf16
     dense = dataclasses.replace(spec, experts=0, experts_per_token=0, moe_ffn=0)
-    assert dense.weight_bytes(tp, "mxfp4") == dense.weight_bytes(tp, "bf16")
+    assert dense.weight_bytes(tp, precision) == dense.weight_bytes(tp, "bf16")
 
 
 @pytest.mark.parametrize("system", ["h100_sxm", "h200_sxm"])
@@ -70,12 +76,26 @@ def test_gpt_oss_profiles_on_hopper(system, engine):
         build_profile(arch, system, {"weights": "nvfp4", "kv_cache": "bf16"}, engine)
 
 
-def test_a_recipe_of_an_mxfp4_checkpoint_defaults_to_it():
+@pytest.mark.parametrize("system", ["h200_sxm", "b200_sxm"])
+def test_kimi_int4_profiles(system):
+    """Kimi K2.5's int4 experts on the vLLM tables' int4_wo MoE rows, MLA bf16."""
+    arch = load_model(KIMI)
+    assert arch.llm.checkpoint_precision == "int4"
+    p4 = build_profile(arch, system, {"weights": "int4", "kv_cache": "bf16"}, "vllm")
+    ex = arch.llm.moe_layers * arch.llm.expert_params()
+    tp = p4["tp"] if "tp" in p4 else 1
+    assert p4["memory"]["weight_bytes"] == pytest.approx(
+        (ex * 0.5625 + (arch.llm.params - ex) * 2.0) / tp, rel=1e-9)
+
+
+@pytest.mark.parametrize("model, want", [("gpt", "mxfp4"), ("kimi", "int4")])
+def test_a_recipe_of_such_a_checkpoint_defaults_to_it(model, want):
     from hastune.model_ref import precision_of
 
     rec = SimpleNamespace(precision=None)
-    assert precision_of(rec, load_model(GPT_OSS)).weights == "mxfp4"  # type: ignore[arg-type]
-    assert Precision(weights="mxfp4").weights == "mxfp4"
+    arch = load_model(GPT_OSS if model == "gpt" else KIMI)
+    assert precision_of(rec, arch).weights == want  # type: ignore[arg-type]
+    assert Precision(weights=want).weights == want
 
 
 @pytest.mark.parametrize("weights, model, gpu, want", [
@@ -92,14 +112,23 @@ def test_a_measured_runs_fp4_of_an_mxfp4_checkpoint(weights, model, gpu, want):
     assert weights_run(weights, path, gpu) == want
 
 
-@pytest.mark.parametrize("ckpt, refused", [("bf16", True), ("nvfp4", True), ("mxfp4", False)])
+def test_a_rows_int4_wo_is_int4():
+    from hastune.fidelity.rows import QUANT
+
+    assert QUANT["int4_wo"] == "int4"
+
+
+@pytest.mark.parametrize("weights", ["mxfp4", "int4"])
+@pytest.mark.parametrize("ckpt", ["bf16", "nvfp4", "mxfp4", "int4"])
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "dynamo"])
-def test_mxfp4_export_needs_an_mxfp4_checkpoint(engine, ckpt, refused):
+def test_experts_only_export_needs_that_checkpoint(engine, ckpt, weights):
+    refused = ckpt != weights
     t = SimpleNamespace(engine_model="org/Model", checkpoint_precision=ckpt,
-                        precision=SimpleNamespace(weights="mxfp4"))
+                        precision=SimpleNamespace(weights=weights))
     if not refused:
         check_model(t, engine)  # type: ignore[arg-type]
         return
     with pytest.raises(InputError) as info:
         check_model(t, engine)  # type: ignore[arg-type]
-    assert info.value.field == "precision.weights" and "MXFP4 checkpoint" in info.value.fix
+    name = {"mxfp4": "MXFP4", "int4": "int4"}[weights]
+    assert info.value.field == "precision.weights" and f"{name} checkpoint" in info.value.fix
