@@ -132,3 +132,26 @@ def test_experts_only_export_needs_that_checkpoint(engine, ckpt, weights):
         check_model(t, engine)  # type: ignore[arg-type]
     name = {"mxfp4": "MXFP4", "int4": "int4"}[weights]
     assert info.value.field == "precision.weights" and f"{name} checkpoint" in info.value.fix
+
+
+@pytest.mark.parametrize("weights", ["mxfp4", "int4"])
+def test_a_dense_model_is_refused_with_the_reason(weights, tmp_path):
+    """mxfp4 and int4 quantize routed experts: a dense model has none, so a recipe naming
+    either for one is refused (before any cached profile is read), as is a profile build."""
+    from pathlib import Path
+
+    from hastune.evaluators.profile import resolve_profile
+    from hastune.recipe import Recipe
+
+    llama = Path(__file__).resolve().parents[2] / "examples" / "models" / "llama-3.1-8b"
+    with pytest.raises(InputError, match="routed experts"):
+        build_profile(load_model(llama), "h200_sxm", {"weights": weights}, "vllm")
+    rec = Recipe.model_validate({
+        "name": "dense", "model": str(llama), "precision": {"weights": weights},
+        "cluster": {"gpu": "h200-141gb", "gpus": 1},
+        "workload": {"requests": 10, "prompt_tokens": {"dist": "fixed", "mean": 100},
+                     "output_tokens": {"dist": "fixed", "mean": 10}},
+        "slo": {"ttft_s": 1.0, "tpot_s": 0.1}, "architecture": "nodg"})
+    with pytest.raises(InputError) as info:
+        resolve_profile(rec, quiet=True)
+    assert info.value.field == "precision.weights" and "routed experts" in info.value.problem

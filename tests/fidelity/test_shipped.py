@@ -33,7 +33,9 @@ HEADER = list(ROWS[0])
 SPOIL = {
     "disagg": ({"mode": "disagg"}, "disagg: no worker counts"),  # an agg row: no pools
     "system": ({"system": "mi300x"}, "unknown system"),
-    "quant": ({"gemm_quant_mode": "int4_wo"}, "gemm_quant_mode"),
+    "quant": ({"gemm_quant_mode": "w4a8_awq"}, "gemm_quant_mode"),
+    # int4 weight-only on a dense model: the int4 modelled is a MoE checkpoint's experts'
+    "int4": ({"gemm_quant_mode": "int4_wo"}, "quantize a MoE model's routed experts"),
     # NVFP4 on the file's Hopper GPUs: no FP4 tensor cores, no kernel rows
     "nvfp4": ({"gemm_quant_mode": "nvfp4"}, "NVFP4 needs FP4 tensor cores (Blackwell"),
     "pp": ({"pp_size": "2"}, "pipeline parallel"),
