@@ -20,6 +20,8 @@ from libc.math cimport ceil, sqrt, fmod, floor, copysign, INFINITY
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memset
 
+import numpy as np
+
 from hastune.sim.events import SimulationError
 
 cdef extern from *:
@@ -885,6 +887,24 @@ cdef class Decode:
         return 0
 
 
+cdef double* doubles(object x, Py_ssize_t n) except NULL:
+    """A C copy of n numbers: a list of them (the Python path's), or an array (its float64
+    values: what .tolist() would have made them)."""
+    cdef double* out = <double*>malloc(max(n, 1) * sizeof(double))
+    cdef double[::1] v
+    cdef Py_ssize_t i
+    if out == NULL:
+        raise MemoryError()
+    if isinstance(x, list):
+        for i in range(n):
+            out[i] = x[i]
+        return out
+    v = np.ascontiguousarray(x, dtype=np.float64)
+    for i in range(n):
+        out[i] = v[i]
+    return out
+
+
 cdef double py_floordiv(double vx, double wx):
     """CPython's float floor division (floatobject.c float_floor_div), bit for bit."""
     cdef double mod, div, floordiv
@@ -918,7 +938,7 @@ cdef class Core:
     cdef double* enc_tok
     cdef long long* out_tok
     cdef double* llm_tok
-    cdef list enc_tok_list, t_first, t_last, rejected
+    cdef list t_first, t_last, rejected
     cdef double emb_bytes
     cdef long long rr, rr_text
     cdef bint text_at_encode
@@ -945,18 +965,16 @@ cdef class Core:
             raise ValueError("the compiled core starts from an empty heap")
         self.net = Net()
         self.net.setup(run.net)
-        pre, enc_l, out, llm = run.pre_tok, run.enc_tok, run.out_tok, run.llm_tok
-        n = len(pre)
-        self.pre_tok = <double*>malloc(max(n, 1) * sizeof(double))
-        self.enc_tok = <double*>malloc(max(n, 1) * sizeof(double))
+        out = run.out_tok
+        n = len(out)
+        self.pre_tok = doubles(run.pre_tok, n)
+        self.enc_tok = doubles(run.enc_tok, n)
+        self.llm_tok = doubles(run.llm_tok, n)
         self.out_tok = <long long*>malloc(max(n, 1) * sizeof(long long))
-        self.llm_tok = <double*>malloc(max(n, 1) * sizeof(double))
+        if self.out_tok == NULL:
+            raise MemoryError()
         for i in range(n):
-            self.pre_tok[i] = pre[i]
-            self.enc_tok[i] = enc_l[i]
             self.out_tok[i] = out[i]
-            self.llm_tok[i] = llm[i]
-        self.enc_tok_list = enc_l
         self.t_first, self.t_last, self.rejected = run.t_first, run.t_last, run.rejected
         self.emb_bytes = run.emb_bytes
         self.rr, self.rr_text = run.rr, run.rr_text

@@ -32,13 +32,15 @@ def check_gpus(config, cluster) -> None:
         raise ValueError(f"config uses {config.gpus} GPUs, the budget is {cluster.gpus}")
 
 
-def request_lists(reqs: RequestSet) -> tuple[list[float], list[float], list[int], bool,
-                                              list[float], list[float], list[int]]:
+def request_lists(reqs: RequestSet, lists: bool = True) -> tuple[
+        list[float], list[float], list[int], bool, list[float], list[float], list[int]]:
     """What a run reads per request, as lists: prefill tokens, encoder tokens, output tokens,
     and whether any request is multimodal; then what it fills in: first- and last-token
-    times (nan until known) and the rejected requests."""
+    times (nan until known) and the rejected requests. `lists` False: the prefill and
+    encoder tokens as the request set's arrays (for compiled code, which reads them whole)."""
     n = len(reqs)
-    return (reqs.prefill_tokens.tolist(), reqs.encoder_tokens.tolist(),
+    pre, enc = reqs.prefill_tokens, reqs.encoder_tokens
+    return (pre.tolist() if lists else pre, enc.tolist() if lists else enc,  # type: ignore
             reqs.output_tokens.astype(np.int64).tolist(), bool((reqs.encoder_tokens > 0).any()),
             [math.nan] * n, [math.nan] * n, [])
 

@@ -135,8 +135,9 @@ class EPDSimulator:
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()
-        run = _EPDRun(self, reqs, rate)
-        if core_name(self.core) == "compiled":
+        fast = core_name(self.core) == "compiled"
+        run = _EPDRun(self, reqs, rate, lists=not fast)
+        if fast:
             core.run(run)  # type: ignore[union-attr]  # the same run: tests/sim/test_core.py
         else:
             for t, _, _, handler, a, b in run.loop.events(run.arrive):
@@ -152,7 +153,9 @@ class _EPDRun:
                  "enc", "router", "local", "remote", "dws", "dws_rest", "rr", "rr_text",
                  "text_at_encode", "on_enc_done", "on_timer", "on_pf_arrive", "on_pf_done")
 
-    def __init__(self, sim: EPDSimulator, reqs: RequestSet, rate: float):
+    def __init__(self, sim: EPDSimulator, reqs: RequestSet, rate: float, lists: bool = True):
+        """`lists`: the requests' prompt, encoder and LLM tokens as lists (the handlers here
+        read them); False: as the request set's arrays, for the compiled core."""
         cfg, prof, tm = sim.config, sim.profile, sim.timing
         self.sim, self.rate = sim, rate
         n = len(reqs)
@@ -160,10 +163,10 @@ class _EPDRun:
         self.loop = loop = EventLoop(reqs, rate, closed_loop=False, streams=cfg.n_D)
         self.heap, self.seq = loop.heap, loop.seq
         (self.pre_tok, self.enc_tok, self.out_tok, _, self.t_first, self.t_last,
-         self.rejected) = request_lists(reqs)
+         self.rejected) = request_lists(reqs, lists)
         loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok, self.rejected,
                    sim.core)
-        self.llm_tok = reqs.llm_tokens.tolist()
+        self.llm_tok = reqs.llm_tokens.tolist() if lists else reqs.llm_tokens
         n_E, n_P, n_D = cfg.n_E, cfg.n_P, cfg.n_D
         tp_E, tp_P, tp_D = tm.tp
         # GPUs in order: encode instances, remote prefill instances, decode instances; an
