@@ -16,8 +16,7 @@ from hastune.calibrate.fit import LinearFit, fit_decode, fit_encode, fit_prefill
 from hastune.calibrate.gpus import GPUSpec
 from hastune.calibrate.latency import MAX_BATCH_TOKENS, MAX_SEQS, LatencyModel
 from hastune.calibrate.sources import KernelSource
-from hastune.errors import InputError
-from hastune.models.spec import EXPERTS_ONLY
+from hastune.models.spec import refuse_experts_only
 
 TP_DEGREES = (1, 2, 4, 8)
 UTILISATION = 0.9
@@ -159,11 +158,7 @@ def profile_dict(model: str | ModelArch, gpu: str | GPUSpec, root: Path | Kernel
     """The profile mapping for `model` (a name in MODELS or an architecture) on `gpu`,
     fitted on the kernel tables under `root` (a calibration folder or a kernel source)."""
     arch = _arch(model)
-    w = getattr(root, "gemm_dtype", None)
-    if w in EXPERTS_ONLY and not arch.llm.moe:
-        raise InputError(None, "precision.weights", f"{w} weights quantize a MoE model's routed "
-                         f"experts (the rest stays bf16), and {arch.name} has none",
-                         "use bf16 or fp8 weights (nvfp4 on Blackwell) for a dense model")
+    refuse_experts_only(getattr(root, "gemm_dtype", "bf16"), arch)
     dev = build_device(root, gpu)
     model, gpu = arch.name, dev.gpu.name
     # a model too large for one node is profiled at the TP degrees that fit once its layers

@@ -7,7 +7,7 @@ import sys
 
 from hastune.errors import InputError
 from hastune.model_ref import ProfileSource, load_arch, precision_of, shipped_profile
-from hastune.models.spec import EXPERTS_ONLY
+from hastune.models.spec import refuse_experts_only
 from hastune.profile import Profile
 from hastune.recipe import Recipe
 
@@ -33,11 +33,7 @@ def resolve_profile(recipe: Recipe, quiet: bool = False) -> tuple[Profile, Profi
                          f"{', '.join(media)} requests", "give a multimodal model's config "
                          "(e.g. Qwen2.5-VL, LLaVA-NeXT), or mix: {text: 1.0}")
     prec = precision_of(recipe, arch)
-    if prec.weights in EXPERTS_ONLY and not arch.llm.moe:  # (before a cached profile is read)
-        raise InputError(recipe.path, "precision.weights", f"{prec.weights} weights quantize a "
-                         f"MoE model's routed experts (the rest stays bf16), and {arch.name} "
-                         "has none", "use bf16 or fp8 weights (nvfp4 on Blackwell) for a "
-                         "dense model")
+    refuse_experts_only(prec.weights, arch, recipe.path)  # (before a cached profile is read)
     req = ondemand.Request(arch, recipe.cluster.gpu, prec, recipe.engine)
     try:
         got = ondemand.ensure(req, recipe.path)

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from hastune.errors import InputError
 
 PRECISIONS = ("bf16", "fp8")
 # NVFP4: 4-bit values with one fp8 scale per block of 16 (ModelOpt, Blackwell): 4.5 bits each;
@@ -172,13 +175,13 @@ class LLMArch:
         """Weights per GPU. fp8 covers the linear projections only. `ep`: the expert-
         parallel degree (0: experts TP-split over the group like every other weight; else the
         routed experts spread whole over `ep` GPUs, the rest split over `tp`)."""
-        if (precision == "bf16" or precision in EXPERTS_ONLY and not self.moe) \
-                and not (ep and self.moe):
+        if precision == "bf16" and not (ep and self.moe):
             return 2.0 * self.params / tp
         b = precision_bytes(precision)
         if precision in EXPERTS_ONLY:  # the routed experts at b, every other weight bf16
-            experts = self.moe_layers * self.expert_params() * b
-            total = (self.params - self.moe_layers * self.expert_params()) * 2.0 + experts
+            routed = self.moe_layers * self.expert_params()
+            experts = routed * b
+            total = (self.params - routed) * 2.0 + experts
             return total / tp if not ep else (total - experts) / tp + experts / ep
         lin = self.linear_params()
         total = lin * b + (self.params - lin) * 2.0
@@ -292,3 +295,14 @@ class ModelArch:
     @property
     def active_params_read(self) -> float:
         return self.llm.active_params_read + (self.encoder.params if self.encoder else 0.0)
+
+
+def refuse_experts_only(weights: str, arch: ModelArch, file: str | Path | None = None) -> None:
+    """An InputError (precision.weights) where `weights` quantize routed experts alone
+    (EXPERTS_ONLY: mxfp4, int4) and `arch` is a dense model, which has none: its weights
+    would be timed and sized as bf16 under another name."""
+    if weights in EXPERTS_ONLY and not arch.llm.moe:
+        raise InputError(file, "precision.weights", f"{weights} weights quantize a MoE "
+                         f"model's routed experts (the rest stays bf16), and {arch.name} has "
+                         "none", "use bf16 or fp8 weights (nvfp4 on Blackwell) for a dense "
+                         "model")
