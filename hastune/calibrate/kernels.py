@@ -29,17 +29,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from hastune.calibrate.tables import Hardware, KernelTable
+from hastune.models.spec import BYTES_PER, EXPERTS_ONLY
 
 NEIGHBOURS = 8
 BANDWIDTH_OCTAVES = 0.5
 PRIOR_WEIGHT = 1e-3
 BYTES = 2.0  # bf16
-# a weights dtype → bytes per weight its GEMM kernels read (nvfp4: + scales; mxfp4 quantizes
-# and int4 quantize the routed experts alone, their GEMM rows are bf16), and its fused MoE
-# kernels (MOE_BYTES)
-DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625, "mxfp4": 2.0,
-               "int4": 2.0}
-MOE_BYTES = {**DTYPE_BYTES, "mxfp4": 0.53125, "int4": 0.5625}
+# a weights dtype → bytes per weight its GEMM kernels read (nvfp4: + scales; the dtypes that
+# quantize the routed experts alone, EXPERTS_ONLY, have bf16 GEMM rows), and its fused MoE
+# kernels (MOE_BYTES: those at their own bytes)
+DTYPE_BYTES = {"bf16": BYTES, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": BYTES_PER["nvfp4"],
+               **{k: BYTES for k in EXPERTS_ONLY}}
+MOE_BYTES = {**DTYPE_BYTES, **{k: BYTES_PER[k] for k in EXPERTS_ONLY}}
 Costs = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 

@@ -94,6 +94,18 @@ def _model_check(p: Plan, engine: str, backend: str, architecture: str | None,
     p.blocking += p.model_blocking
 
 
+# weights an engine takes from a checkpoint in that format only (it does not quantize to it as
+# it loads): its name, what the engine does with what, the checkpoint, its quantization_config
+OWN_CHECKPOINT = {
+    "nvfp4": ("NVFP4", "loads", "weights", "an NVFP4 checkpoint (ModelOpt)",
+              "quant_method: modelopt, quant_algo: NVFP4"),
+    "mxfp4": ("MXFP4", "runs", "experts", "an MXFP4 checkpoint (gpt-oss's)",
+              "quant_method: mxfp4"),
+    "int4": ("int4", "runs", "experts", "a compressed-tensors int4 checkpoint (Kimi K2.5's)",
+             "quant_method: compressed-tensors, 4-bit int weight groups"),
+}
+
+
 def check_model(t: Target, engine: str) -> None:
     """Refuse a model an engine would not read as its model: empty, or starting with `-` (a
     flag to the engine). Any other name or path is written as one literal word."""
@@ -106,28 +118,15 @@ def check_model(t: Target, engine: str) -> None:
                             "it as a flag"),
                          "name the model by a path or a Hugging Face repository that does not "
                          "start with '-' (./-name for a folder named so)")
-    if engine != "runners" and t.precision.weights == "nvfp4" \
-            and t.checkpoint_precision != "nvfp4":
-        raise InputError(None, "precision.weights", "nvfp4 weights, but the model's config is "
-                         f"a {t.checkpoint_precision} checkpoint's: {engine} loads NVFP4 "
-                         "weights from an NVFP4 checkpoint (ModelOpt) and does not quantize "
-                         "to NVFP4 as it loads",
-                         "name the NVFP4 checkpoint as the model (its config.json has "
-                         "quantization_config quant_method: modelopt, quant_algo: NVFP4), or "
-                         "tune with precision.weights fp8 or bf16")
-    own = {"mxfp4": ("MXFP4", "an MXFP4 checkpoint (gpt-oss's)", "quant_method: mxfp4"),
-           "int4": ("int4", "a compressed-tensors int4 checkpoint (Kimi K2.5's)",
-                    "quant_method: compressed-tensors, 4-bit int weight groups")}
     w = t.precision.weights
-    if engine != "runners" and w in own and t.checkpoint_precision != w:
-        name, ckpt, how = own[w]
+    if engine != "runners" and w in OWN_CHECKPOINT and t.checkpoint_precision != w:
+        name, verb, what, ckpt, how = OWN_CHECKPOINT[w]
         raise InputError(None, "precision.weights", f"{w} weights, but the model's config is "
-                         f"a {t.checkpoint_precision} checkpoint's: {engine} runs {name} "
-                         f"experts from {ckpt} and does not quantize to {name} as it loads",
+                         f"a {t.checkpoint_precision} checkpoint's: {engine} {verb} {name} "
+                         f"{what} from {ckpt} and does not quantize to {name} as it loads",
                          f"name the {name} checkpoint as the model (its config.json has "
                          f"quantization_config {how}), or tune with precision.weights fp8 "
                          "or bf16")
-
 
 def check_commands(cmds: list[Command]) -> None:
     bad = [f"{c.name}: {p}" for c in cmds for p in flagsets.problems(c)]

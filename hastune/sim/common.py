@@ -14,7 +14,6 @@ import numpy as np
 
 from hastune.runs import RunResult, latencies
 from hastune.sim import compiled
-from hastune.sim.compiled import core_name
 from hastune.sim.events import PRIO_ARRIVE, SimulationError
 from hastune.sim.frontend import RunFrontEnd, open_arrivals
 from hastune.sim.stoprule import StopRule, Watcher
@@ -169,7 +168,7 @@ class EventLoop:
         of it is settled (open loop; StopRule.windows). `core`: the watcher's path, compiled
         or python (hastune.sim.compiled.core_name)."""
         if rule is not None and not self.closed:
-            fast = core_name(core) == "compiled"
+            fast = compiled.core_name(core) == "compiled"
             make = compiled.core.Watcher if fast else Watcher  # type: ignore[union-attr]
             self.watcher = make(rule, self.sent if self.sent is not None else self.arr,
                                 t_first, t_last, out_tok)
