@@ -379,7 +379,7 @@ cdef class Encode:
     cdef long long gpu, batches, timer_ver, local
     cdef int idx
     cdef double fixed, per_item, per_tok, per_sq, share, started, sm_busy_s, timer_at
-    cdef bint has_timer, idle_share_set
+    cdef bint has_timer
     cdef double idle_share
     # the batcher
     cdef bint poisson
@@ -929,7 +929,7 @@ cdef double py_floordiv(double vx, double wx):
 # the run
 
 cdef class Core:
-    cdef object py, loop, rate_at_of
+    cdef object py, loop
     cdef Heap heap
     cdef Net net
     cdef list enc, pf, dec          # Encode, Prefill (local first, then remote), Decode
