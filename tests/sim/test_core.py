@@ -78,6 +78,19 @@ def both(make, reqs, rate: float) -> tuple:
     return tuple(out)
 
 
+KEEP = object()  # the evaluator's own stop rule
+
+
+def sims(ev, cfg, rule=KEEP):
+    """A factory of `ev`'s simulator of `cfg`, with stop rule `rule` (KEEP: the evaluator's)."""
+    def make():
+        sim = ev.simulator(cfg)
+        if rule is not KEEP:
+            sim.stop_rule = rule
+        return sim
+    return make
+
+
 def _setup(seed: int):
     rec = random_recipe(seed, EPD_FAMILY, requests=(150, 400), evaluator=QUICK)
     ev = Evaluation(rec)
@@ -108,13 +121,7 @@ def test_compiled_runs_are_the_reference_runs(seed, load, every, stop, knob):
         i = np.arange(len(reqs))
         reqs = dataclasses.replace(reqs, gaps=np.where(i % every == 0, reqs.gaps * every, 0.0))
 
-    def make():
-        sim = ev.simulator(cfg)
-        if not stop:
-            sim.stop_rule = None
-        return sim
-
-    ref, fast = both(make, reqs, load * ev.start_rate(cfg))
+    ref, fast = both(sims(ev, cfg, KEEP if stop else None), reqs, load * ev.start_rate(cfg))
     assert fingerprint(fast) == fingerprint(ref)
 
 
@@ -162,12 +169,7 @@ def test_windows_of_a_continued_probe_are_the_same(seed, share, settle):
     rule = dataclasses.replace(StopRule(1e12, 1e12, 0.9, False, rec.workload.warmup),
                                windows=(w,), judge=lambda run: settle)
 
-    def make():
-        sim = ev.simulator(cfg)
-        sim.stop_rule = rule
-        return sim
-
-    ref, fast = both(make, ev.requests, 0.8 * ev.start_rate(cfg))
+    ref, fast = both(sims(ev, cfg, rule), ev.requests, 0.8 * ev.start_rate(cfg))
     assert fingerprint(fast) == fingerprint(ref)
 
 
@@ -206,10 +208,5 @@ def test_pools_on_two_gpu_types_run_the_same():
                         "gpu_P": "l40s-48gb", "gpu_D": "h100-80gb"})
     assert ev.runnable(cfg)
 
-    def make():
-        sim = ev.simulator(cfg)
-        sim.stop_rule = None
-        return sim
-
-    ref, fast = both(make, ev.requests, 0.7 * ev.start_rate(cfg))
+    ref, fast = both(sims(ev, cfg, None), ev.requests, 0.7 * ev.start_rate(cfg))
     assert fingerprint(fast) == fingerprint(ref)
