@@ -702,7 +702,7 @@ cdef class Decode:
         self.version += 1
         return self.t0 + m * alpha + c * n * m * (m - 1) * 0.5
 
-    cdef double wake(self, double t, list t_last, list rejected) except? -2.0:
+    cdef double wake(self, double t, double* t_last, list rejected) except? -2.0:
         """DecodeWorker.wake (paged: _Paged.wake): the next wake time, -1.0 for None."""
         cdef long long step = self.wake_step
         cdef long long n, nxt, m
@@ -759,7 +759,7 @@ cdef class Decode:
         alpha = self.a + self.b * n + self.c * (S + n * step)
         return t + m * alpha + self.c * n * m * (m - 1) * 0.5
 
-    cdef double wake_paged(self, double t, list t_last, list rejected) except? -2.0:
+    cdef double wake_paged(self, double t, double* t_last, list rejected) except? -2.0:
         cdef long long step = self.wake_step
         cdef long long n, nxt, m, room
         cdef double S, cap, kv, c
@@ -842,7 +842,7 @@ cdef class Decode:
             self.sift_down(i)
             i -= 1
 
-    cdef int admit(self, double t, list t_last, list rejected) except -1:
+    cdef int admit(self, double t, double* t_last, list rejected) except -1:
         """_Paged.admit: FIFO admission; rejoiners recompute first, in one prefill."""
         cdef double cap = self.cap, tok = 0.0, sq = 0.0, x, s_i
         cdef long long step = self.step
@@ -905,6 +905,38 @@ cdef double* doubles(object x, Py_ssize_t n) except NULL:
     return out
 
 
+cdef double EMPTY[1]
+
+
+cdef double* f64_ptr(object x, Py_ssize_t n, str what) except NULL:
+    """Where the values of x, a C-contiguous float64 array of n, lie (x is kept alive by the
+    caller): the compiled core writes a run's times into the run's own arrays."""
+    cdef double[::1] v
+    if not isinstance(x, np.ndarray) or x.dtype != np.float64 or len(x) != n:
+        raise TypeError(f"the compiled core needs {what} as a float64 array of {n}")
+    if n == 0:
+        return &EMPTY[0]
+    v = x
+    return &v[0]
+
+
+cdef long long* longs(object x, Py_ssize_t n) except NULL:
+    """A C copy of n integers: a list of them, or an int64 array."""
+    cdef long long* out = <long long*>malloc(max(n, 1) * sizeof(long long))
+    cdef const long long[::1] v
+    cdef Py_ssize_t i
+    if out == NULL:
+        raise MemoryError()
+    if isinstance(x, list):
+        for i in range(n):
+            out[i] = x[i]
+        return out
+    v = np.ascontiguousarray(x, dtype=np.int64)
+    for i in range(n):
+        out[i] = v[i]
+    return out
+
+
 cdef double py_floordiv(double vx, double wx):
     """CPython's float floor division (floatobject.c float_floor_div), bit for bit."""
     cdef double mod, div, floordiv
@@ -938,7 +970,10 @@ cdef class Core:
     cdef double* enc_tok
     cdef long long* out_tok
     cdef double* llm_tok
-    cdef list t_first, t_last, rejected
+    cdef object tf_arr, tl_arr      # the run's t_first, t_last (float64 arrays) ...
+    cdef double* t_first            # ... written through these
+    cdef double* t_last
+    cdef list rejected
     cdef double emb_bytes
     cdef long long rr, rr_text
     cdef bint text_at_encode
@@ -970,12 +1005,11 @@ cdef class Core:
         self.pre_tok = doubles(run.pre_tok, n)
         self.enc_tok = doubles(run.enc_tok, n)
         self.llm_tok = doubles(run.llm_tok, n)
-        self.out_tok = <long long*>malloc(max(n, 1) * sizeof(long long))
-        if self.out_tok == NULL:
-            raise MemoryError()
-        for i in range(n):
-            self.out_tok[i] = out[i]
-        self.t_first, self.t_last, self.rejected = run.t_first, run.t_last, run.rejected
+        self.out_tok = longs(out, n)
+        self.tf_arr, self.tl_arr = run.t_first, run.t_last
+        self.t_first = f64_ptr(self.tf_arr, n, "t_first")
+        self.t_last = f64_ptr(self.tl_arr, n, "t_last")
+        self.rejected = run.rejected
         self.emb_bytes = run.emb_bytes
         self.rr, self.rr_text = run.rr, run.rr_text
         self.text_at_encode = run.text_at_encode
@@ -1198,7 +1232,8 @@ cdef class Core:
         cdef Py_ssize_t i, j, jd
         cdef long long r, out, links
         cdef double pre, best, v, at, kvb, ft
-        cdef list t_first = self.t_first, t_last = self.t_last
+        cdef double* t_first = self.t_first
+        cdef double* t_last = self.t_last
         if ver != w.version:
             return 0
         if t < w.due:
@@ -1257,18 +1292,14 @@ cdef class Core:
     # -- the loop (EventLoop.events with the handlers of _EPDRun) --------------------------
     cdef int loop_run(self) except -1:
         cdef object loop = self.loop
-        cdef list arr_l = loop.arr
         cdef Py_ssize_t n_open = loop.n_open
         cdef Py_ssize_t i = 0, check
         cdef long long popped = 0
         cdef double t = 0.0, ta
         cdef Heap heap = self.heap
         cdef Ev ev
-        cdef double* arr = <double*>malloc(max(n_open, 1) * sizeof(double))
+        cdef double* arr = doubles(loop.arr, n_open)
         try:
-            for i in range(n_open):
-                arr[i] = arr_l[i]
-            i = 0
             check = loop.first_check()
             while True:
                 if i >= check:
@@ -1332,7 +1363,12 @@ cdef class Watcher:
     (request, flags) instead of a dict (the counts do not depend on the order)."""
 
     cdef public object rule
-    cdef public list arr, t_first, t_last, out
+    cdef public object arr, t_first, t_last, out  # lists, or arrays (the compiled core's)
+    cdef bint arrays                # arrays: read through these
+    cdef double* a_p
+    cdef double* tf_p
+    cdef double* tl_p
+    cdef long long* out_p
     cdef public long long n, w, every, seen, late, slow, either
     cdef public double allowed
     cdef long long* o_req
@@ -1352,10 +1388,23 @@ cdef class Watcher:
     def __dealloc__(self):
         free(self.o_req)
         free(self.o_flags)
+        if self.arrays:
+            free(self.out_p)
 
-    def __init__(self, rule, list arr, list t_first, list t_last, list out_tok):
+    def __init__(self, rule, arr, t_first, t_last, out_tok):
+        """arr, t_first, t_last, out_tok: the run's lists (the Python simulators'), or its
+        arrays (the compiled core's: float64, and output tokens as integers)."""
+        cdef Py_ssize_t n = len(arr)
         self.rule, self.arr = rule, arr
         self.t_first, self.t_last, self.out = t_first, t_last, out_tok
+        self.arrays = not isinstance(t_first, list)
+        if self.arrays:
+            if not isinstance(arr, np.ndarray) or arr.dtype != np.float64:
+                self.arr = arr = np.asarray(arr, dtype=np.float64)
+            self.a_p = f64_ptr(arr, n, "arrivals")
+            self.tf_p = f64_ptr(t_first, n, "t_first")
+            self.tl_p = f64_ptr(t_last, n, "t_last")
+            self.out_p = longs(out_tok, n)  # a copy: output tokens do not change
         self.ttft_s, self.tpot_s = rule.ttft_s, rule.tpot_s
         self.quantile, self.clear, self.union = rule.quantile, rule.clear, rule.union
         self.horizon(len(arr))
@@ -1383,7 +1432,8 @@ cdef class Watcher:
         cdef int flags, new
         cdef double a, tf, tl, need_d, pace
         cdef bint waiting, final_slow, ended
-        cdef list arr = self.arr, tf_ = self.t_first, tl_ = self.t_last, out_ = self.out
+        cdef object arr = self.arr, tf_ = self.t_first, tl_ = self.t_last, out_ = self.out
+        cdef bint arrays = self.arrays
         if i > self.n:
             i = self.n
         need = self.need(i)
@@ -1407,16 +1457,20 @@ cdef class Watcher:
         for k in range(self.o_n):
             j = self.o_req[k]
             flags = self.o_flags[k]
-            a = arr[j]
-            tf = tf_[j]
+            if arrays:
+                a = self.a_p[j]
+                tf = self.tf_p[j]
+            else:
+                a = (<list>arr)[j]
+                tf = (<list>tf_)[j]
             new = flags
             waiting = tf != tf
             if not new & 1 and (t if waiting else tf) - a > self.ttft_s:
                 new |= 1
-            outj = out_[j]
+            outj = self.out_p[j] if arrays else (<list>out_)[j]
             final_slow = outj <= 1 or (new & 2) != 0
             if not final_slow and not waiting:
-                tl = tl_[j]
+                tl = self.tl_p[j] if arrays else (<list>tl_)[j]
                 ended = tl == tl
                 pace = outj - 1.0
                 if pace < 1.0:

@@ -36,22 +36,28 @@ def request_lists(reqs: RequestSet, lists: bool = True) -> tuple[
     """What a run reads per request, as lists: prefill tokens, encoder tokens, output tokens,
     and whether any request is multimodal; then what it fills in: first- and last-token
     times (nan until known) and the rejected requests. `lists` False: the prefill and
-    encoder tokens as the request set's arrays (for compiled code, which reads them whole)."""
+    encoder tokens as the request set's arrays, the output tokens as an int64 array and the
+    first- and last-token times as float64 arrays (for compiled code, which reads and writes
+    them whole)."""
     n = len(reqs)
     pre, enc = reqs.prefill_tokens, reqs.encoder_tokens
-    return (pre.tolist() if lists else pre, enc.tolist() if lists else enc,  # type: ignore
-            reqs.output_tokens.astype(np.int64).tolist(), bool((reqs.encoder_tokens > 0).any()),
-            [math.nan] * n, [math.nan] * n, [])
+    out = reqs.output_tokens.astype(np.int64)
+    mm = bool((reqs.encoder_tokens > 0).any())
+    if not lists:
+        return (pre, enc, out, mm, np.full(n, math.nan), np.full(n, math.nan),  # type: ignore
+                [])
+    return pre.tolist(), enc.tolist(), out.tolist(), mm, [math.nan] * n, [math.nan] * n, []
 
 
 class Arrivals:
     """Where requests come from in one run.
 
     Open loop: `times` holds every arrival (the request set's gaps scaled to `rate`, or its
-    rate schedule). Closed loop (`reqs.think_s` set): `rate` is the number of clients; each
-    sends its first request at t = 0 (with `reqs.ramp_s`, client i at i·ramp_s/clients: spread
-    over one request's lifetime, not in lockstep; with `reqs.ramp_random`, at independent
-    uniform times over it, drawn from the request set's seed) and its next one `think_s` after the
+    rate schedule); with `lists` False, `times` and `sent` are float64 arrays (compiled
+    code). Closed loop (`reqs.think_s` set): `rate` is the number of clients; each sends its
+    first request at t = 0 (with `reqs.ramp_s`, client i at i·ramp_s/clients: spread over one
+    request's lifetime, not in lockstep; with `reqs.ramp_random`, at independent uniform times
+    over it, drawn from the request set's seed) and its next one `think_s` after the
     previous one completes (or is rejected), as benchmark tools with a fixed concurrency do.
 
     With the engine's front end on the request set (`reqs.frontend`, hastune.engine_terms),
@@ -63,7 +69,7 @@ class Arrivals:
                  "queued", "steady")
 
     def __init__(self, reqs: RequestSet, rate: float, streams: int = 1,
-                 closed_loop: bool = True):
+                 closed_loop: bool = True, lists: bool = True):
         self.n = len(reqs)
         self.closed = closed_loop and reqs.think_s is not None
         self.steady = reqs.steady
@@ -86,7 +92,7 @@ class Arrivals:
             self.clients = 0
             self.think = 0.0
             self.issued = self.n
-            self.times, self.sent = open_arrivals(reqs, rate, streams)
+            self.times, self.sent = open_arrivals(reqs, rate, streams, lists)
 
     def initial(self) -> int:
         """How many requests arrive from the pre-computed list (all, or one per client; none
@@ -118,7 +124,8 @@ class EventLoop:
     object, `feed` (an `Arrivals`: the clients, and the engine's front end between them and
     the engine, `feed.front`); the loop reads its times `arr` and, in closed loop, asks it for a
     client's next request (`finished`). With `closed_loop=False` the arrivals are open loop
-    whatever the request set says, for simulators that model open loop only; the stop rule is
+    whatever the request set says, for simulators that model open loop only (`lists` False:
+    their arrivals as arrays, Arrivals); the stop rule is
     the loop's own (`watch`). The first `n_open` arrivals never enter the heap:
     `events(arrive)` yields the heap's events in order and calls `arrive(r, t)` for each of
     them where it comes first — before the heap's next event, or at the same time when that
@@ -138,10 +145,10 @@ class EventLoop:
                  "gone", "left", "watch_at")
 
     def __init__(self, reqs: RequestSet, rate: float, closed_loop: bool = True,
-                 streams: int = 1):
+                 streams: int = 1, lists: bool = True):
         self.heap: list[tuple] = []
         self.seq = count()
-        self.feed = feed = Arrivals(reqs, rate, streams, closed_loop)
+        self.feed = feed = Arrivals(reqs, rate, streams, closed_loop, lists)
         self.closed = feed.closed
         self.arr = feed.times
         self.sent = feed.sent
@@ -229,7 +236,7 @@ class EventLoop:
     def span(self) -> float:
         """Seconds from the first arrival to the end of the run (after `events`)."""
         arr = self.arr
-        return max(self.t - (arr[0] if arr else 0.0), 1e-12)
+        return max(self.t - (float(arr[0]) if len(arr) else 0.0), 1e-12)
 
     def finished(self, r: int, t: float) -> None:
         """Request r completed (or was rejected) at t: in closed loop its client sends its

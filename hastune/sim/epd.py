@@ -160,7 +160,8 @@ class _EPDRun:
         self.sim, self.rate = sim, rate
         n = len(reqs)
         # open loop only; one front end per decode instance (it streams)
-        self.loop = loop = EventLoop(reqs, rate, closed_loop=False, streams=cfg.n_D)
+        self.loop = loop = EventLoop(reqs, rate, closed_loop=False, streams=cfg.n_D,
+                                     lists=lists)
         self.heap, self.seq = loop.heap, loop.seq
         (self.pre_tok, self.enc_tok, self.out_tok, _, self.t_first, self.t_last,
          self.rejected) = request_lists(reqs, lists)

@@ -28,9 +28,14 @@ if TYPE_CHECKING:
 def frontend_delays(reqs: RequestSet) -> list[float]:
     """Each request's time in the engine's front end (hastune.engine_terms.FrontEnd): its fixed
     part and one per prompt token, from the client's send to the engine's queue."""
+    return delays_array(reqs).tolist()
+
+
+def delays_array(reqs: RequestSet) -> np.ndarray:
+    """frontend_delays as a float64 array."""
     fe = reqs.frontend
     d = fe.request_s + fe.per_token_s * reqs.prefill_tokens  # type: ignore[union-attr]
-    return (np.asarray(d, dtype=float) + np.zeros(len(reqs))).tolist()
+    return np.asarray(d, dtype=float) + np.zeros(len(reqs))
 
 
 def stream_waits(reqs: RequestSet, spread: float) -> list[float]:
@@ -42,23 +47,26 @@ def stream_waits(reqs: RequestSet, spread: float) -> list[float]:
     return rng.gamma(k, 1.0 / k, len(reqs)).tolist()
 
 
-def open_arrivals(reqs: RequestSet, rate: float, streams: int = 1
+def open_arrivals(reqs: RequestSet, rate: float, streams: int = 1, lists: bool = True
                   ) -> tuple[list[float], list[float] | None]:
     """Open loop: (when the engine sees each request, when its client sent it — None without
     a front end, where the two are the same). Requests reach the engine in the order sent; a
     serial front end (FrontEnd.stream_token_s, `streams` of them sharing the load) takes each
     once what it took on before can be done within the request's zero-load lifetime
-    (RequestSet.life_s, which the evaluator sets; 0: not modelled)."""
-    sent = reqs.arrivals(rate).tolist()
+    (RequestSet.life_s, which the evaluator sets; 0: not modelled). `lists` False: both as
+    float64 arrays (for compiled code), the same values."""
+    sent_a = np.asarray(reqs.arrivals(rate), dtype=float)
+    sent = sent_a.tolist() if lists else sent_a
     fe = reqs.frontend
     if fe is None or fe.off:
         return sent, None
-    seen = np.maximum.accumulate(np.asarray(sent) + np.asarray(frontend_delays(reqs)))
+    seen = np.maximum.accumulate(sent_a + delays_array(reqs))
     serial = SerialFrontEnd.of(reqs, streams) if reqs.life_s > 0 else None
     if serial is None:
-        return seen.tolist(), sent
+        return (seen.tolist() if lists else seen), sent
     life = float(reqs.life_s)  # in the order sent, so the times taken stay in order
-    return [serial.take(i, t, life) for i, t in enumerate(seen.tolist())], sent
+    taken = [serial.take(i, t, life) for i, t in enumerate(seen.tolist())]
+    return (taken if lists else np.array(taken, dtype=float)), sent
 
 
 class RunFrontEnd:
