@@ -70,7 +70,7 @@ def blocking_for(cfg: ConfigBase, gpus_per_node: int | dict[str, int], engine: s
     writing anything (empty: it can). `backend`: Dynamo's engine; `architecture` (the model's
     Hugging Face architecture) and `multimodal` (the workload sends media): what the engine's
     pinned model registry says of the model (hastune.export.models)."""
-    p = plan(cfg, gpus_per_node)
+    p = plan(cfg, gpus_per_node, place=False)  # what blocks it needs no GPU ids
     _model_check(p, engine, backend, architecture, multimodal)
     if engine == "runners":
         p = _runners_plan(cfg, p)

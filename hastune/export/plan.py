@@ -121,11 +121,30 @@ def _layout(pools: list[Pool], gpus_per_node: int | dict[str, int],
     return [dataclasses.replace(x, node=rank[x.node]) for x in out]
 
 
+def _first_wide(pools: list[Pool], sizes: dict[str, int] | None, one: int
+                ) -> tuple[str, int, int] | None:
+    """The first instance `_layout` would place over more GPUs than its node holds, as (name,
+    tp, pp), without placing any: a co-resident pool's instances are the encode instances'
+    shapes, placed after them, so never the first."""
+    done: dict[str, int] = {}
+    for pool in pools:
+        if pool.co_resident:
+            done[pool.role] = done.get(pool.role, 0) + done.get("encode", 0)
+            continue
+        t = pool.gpu if sizes and pool.gpu in sizes else (next(iter(sizes)) if sizes else None)
+        if pool.instances and pool.tp * pool.pp > (sizes or {}).get(t, one):  # type: ignore
+            return f"{pool.role[0].upper()}{done.get(pool.role, 0)}", pool.tp, pool.pp
+        done[pool.role] = done.get(pool.role, 0) + pool.instances
+    return None
+
+
 def plan(cfg: ConfigBase, gpus_per_node: int | dict[str, int] = 8,
-         closest: bool = False) -> Plan:
+         closest: bool = False, place: bool = True) -> Plan:
     """`gpus_per_node`: GPUs per node, or on a cluster of several GPU types each type's
     (its first type first, Cluster.node_sizes): then each pool's instances sit on its type's
-    nodes, and each node's scripts start what it holds."""
+    nodes, and each node's scripts start what it holds. `place` False: the plan without its
+    instances (none, on one node) but with the same `blocking`, what pruning asks of every
+    configuration (tests/export/test_plan_blocking.py)."""
     sizes = gpus_per_node if isinstance(gpus_per_node, dict) else None
     one = next(iter(sizes.values())) if sizes else gpus_per_node
     arch = archs.of(cfg)
@@ -136,7 +155,7 @@ def plan(cfg: ConfigBase, gpus_per_node: int | dict[str, int] = 8,
         dep.pools = [dataclasses.replace(p, gpu="" if p.co_resident else of.get(p.role, first))
                      for p in dep.pools]
     p = Plan(**{f.name: getattr(dep, f.name) for f in fields(dep)},
-             instances=_layout(dep.pools, gpus_per_node, dep.sm_split))
+             instances=_layout(dep.pools, gpus_per_node, dep.sm_split) if place else [])
     p.nodes = 1 + max((i.node for i in p.instances), default=0)
     types = {t for t, n in cfg.pool_gpus("") if n}
     if len(types) > 1 and sizes is None:
@@ -144,9 +163,13 @@ def plan(cfg: ConfigBase, gpus_per_node: int | dict[str, int] = 8,
             f"{k} = {getattr(cfg, k)}" for k in cfg.type_knobs if getattr(cfg, k))
             + "), and the target names one: export it from the best_config.yaml that tune "
             "wrote (its target: names each type's nodes)")
-    wide = [i for i in p.instances if i.tp * i.pp > (sizes or {}).get(i.gpu_type, one)]
+    if place:
+        wide = next(((i.name, i.tp, i.pp) for i in p.instances
+                     if i.tp * i.pp > (sizes or {}).get(i.gpu_type, one)), None)  # type: ignore
+    else:
+        wide = _first_wide(dep.pools, sizes, one)
     if wide:
-        p.blocking.append(f"{wide[0].name} spans nodes (tp {wide[0].tp} x pp {wide[0].pp} > "
+        p.blocking.append(f"{wide[0]} spans nodes (tp {wide[1]} x pp {wide[2]} > "
                           f"{one} GPUs per node): start it with the engine's "
                           "multi-node options (vLLM --nnodes/--node-rank, SGLang --nnodes/"
                           "--node-rank) by hand")
