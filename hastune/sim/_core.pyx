@@ -145,6 +145,8 @@ cdef class Net:
     cdef double intra_bw, intra_lat, inter_bw, inter_lat, bytes_moved, busy_s
     cdef double* gpu_free
     cdef double* nic_free
+    cdef double* gpu_in             # duplex (hastune.sim.links.DuplexNetwork): receive ports
+    cdef bint duplex
     cdef long long* ids
     cdef Py_ssize_t n_gpu, n_nic, n_ids
     cdef object py
@@ -152,6 +154,7 @@ cdef class Net:
     def __dealloc__(self):
         free(self.gpu_free)
         free(self.nic_free)
+        free(self.gpu_in)
         free(self.ids)
 
     cdef void setup(self, object net) except *:
@@ -173,6 +176,11 @@ cdef class Net:
             self.gpu_free[i] = inner.gpu_free[i]
         for i in range(self.n_nic):
             self.nic_free[i] = inner.nic_free[i]
+        self.duplex = hasattr(inner, "gpu_in")
+        if self.duplex:
+            self.gpu_in = <double*>malloc(max(self.n_gpu, 1) * sizeof(double))
+            for i in range(self.n_gpu):
+                self.gpu_in[i] = inner.gpu_in[i]
         if ids is not None:
             self.n_ids = len(ids)
             self.ids = <long long*>malloc(max(self.n_ids, 1) * sizeof(long long))
@@ -188,6 +196,9 @@ cdef class Net:
             py.gpu_free[i] = self.gpu_free[i]
         for i in range(self.n_nic):
             py.nic_free[i] = self.nic_free[i]
+        if self.duplex:
+            for i in range(self.n_gpu):
+                py.gpu_in[i] = self.gpu_in[i]
 
     cdef double transfer(self, long long src, long long dst, double nbytes, double t) except? -1.0:
         cdef long long sn, dn
@@ -200,6 +211,20 @@ cdef class Net:
         self.bytes_moved += nbytes
         sn = src // self.per_node
         dn = dst // self.per_node
+        if sn == dn and self.duplex:
+            # DuplexNetwork: max(t, out[src], inn[dst]), both ports busy
+            start = t
+            x = self.gpu_free[src]
+            if x > start:
+                start = x
+            x = self.gpu_in[dst]
+            if x > start:
+                start = x
+            dur = nbytes / self.intra_bw
+            self.gpu_free[src] = start + dur
+            self.gpu_in[dst] = start + dur
+            self.busy_s += dur
+            return start + dur + self.intra_lat
         if sn == dn:
             start = t if t > self.gpu_free[src] else self.gpu_free[src]
             dur = nbytes / self.intra_bw
@@ -525,8 +550,8 @@ cdef class Decode:
         self.a, self.b, self.c = d.a, d.b, d.c
         self.S, self.t0, self.pending_tokens = d.S, d.t0, d.pending_tokens
         self.reserved = 0.0 if self.paged else d.reserved
-        self.busy_since, self.busy_s, self.cap, self.inflight = (d.busy_since, d.busy_s,
-                                                                 d.cap, d.inflight)
+        self.busy_since, self.busy_s, self.cap = d.busy_since, d.busy_s, d.cap
+        self.inflight = getattr(d, "inflight", 0.0)  # EPD's workers (fudg's run keeps a list)
         self.max_batch, self.n, self.step, self.version = d.max_batch, d.n, d.step, d.version
         self.gpu, self.steps_run = d.gpu, d.steps_run
         self.has_wake = d.wake_step is not None
@@ -551,7 +576,9 @@ cdef class Decode:
         d.S, d.t0, d.pending_tokens = self.S, self.t0, self.pending_tokens
         if not self.paged:
             d.reserved = self.reserved
-        d.busy_since, d.busy_s, d.inflight = self.busy_since, self.busy_s, self.inflight
+        d.busy_since, d.busy_s = self.busy_since, self.busy_s
+        if hasattr(d, "inflight"):
+            d.inflight = self.inflight
         d.n, d.step, d.version, d.steps_run = self.n, self.step, self.version, self.steps_run
         d.wake_step = self.wake_step if self.has_wake else None
         if self.paged:
@@ -960,9 +987,69 @@ cdef double py_floordiv(double vx, double wx):
 # ---------------------------------------------------------------------------------------
 # the run
 
-cdef class Core:
+cdef class Loop:
+    """EventLoop.events in C for one run's handlers (a subclass's `arrive` and `handle`):
+    the pre-computed arrivals merged with the heap, the stop rule's checks (the Python
+    EventLoop.checkpoint, at the same arrival counts), then `write_back`."""
     cdef object py, loop
     cdef Heap heap
+
+    cdef int arrive(self, long long r, double t) except -1:
+        raise NotImplementedError
+
+    cdef int handle(self, Ev* ev) except -1:
+        raise NotImplementedError
+
+    cdef void write_back(self, double t, long long popped, Py_ssize_t i) except *:
+        raise NotImplementedError
+
+    cdef int loop_run(self) except -1:
+        cdef object loop = self.loop
+        cdef Py_ssize_t n_open = loop.n_open
+        cdef Py_ssize_t i = 0, check
+        cdef long long popped = 0
+        cdef double t = 0.0, ta
+        cdef Heap heap = self.heap
+        cdef Ev ev
+        cdef double* arr = doubles(loop.arr, n_open)
+        try:
+            check = loop.first_check()
+            while True:
+                if i >= check:
+                    nxt = loop.checkpoint(i, t)
+                    if nxt is None:
+                        break
+                    check = nxt
+                if heap.n:
+                    if i < n_open:
+                        ta = arr[i]
+                        if ta < heap.v[0].t or (ta == heap.v[0].t
+                                                and heap.v[0].prio >= PRIO_ARRIVE):
+                            t = ta
+                            self.arrive(i, t)
+                            i += 1
+                            continue
+                    ev = heap.pop()
+                    if ev.t < t:
+                        raise SimulationError(
+                            f"event kind {ev.kind} at t={ev.t!r} is earlier than now={t!r}: "
+                            "a simulator scheduled it in the past")
+                    popped += 1
+                    t = ev.t
+                    self.handle(&ev)
+                elif i < n_open:
+                    t = arr[i]
+                    self.arrive(i, t)
+                    i += 1
+                else:
+                    break
+        finally:
+            free(arr)
+        self.write_back(t, popped, i)
+        return 0
+
+
+cdef class Core(Loop):
     cdef Net net
     cdef list enc, pf, dec          # Encode, Prefill (local first, then remote), Decode
     cdef Py_ssize_t n_enc, n_local, n_remote, n_dec
@@ -1046,7 +1133,7 @@ cdef class Core:
         if self.router_c:
             self.r_acc, self.r_remote, self.r_local = router._acc, router.remote, router.local
 
-    cdef void write_back(self, double t, long long popped, Py_ssize_t i):
+    cdef void write_back(self, double t, long long popped, Py_ssize_t i) except *:
         cdef Encode e
         cdef Prefill p
         cdef Decode d
@@ -1289,61 +1376,21 @@ cdef class Core:
                 self.heap.push(nxt, PRIO_DONE, K_D_WAKE, k, d.version)
         return 0
 
-    # -- the loop (EventLoop.events with the handlers of _EPDRun) --------------------------
-    cdef int loop_run(self) except -1:
-        cdef object loop = self.loop
-        cdef Py_ssize_t n_open = loop.n_open
-        cdef Py_ssize_t i = 0, check
-        cdef long long popped = 0
-        cdef double t = 0.0, ta
-        cdef Heap heap = self.heap
-        cdef Ev ev
-        cdef double* arr = doubles(loop.arr, n_open)
-        try:
-            check = loop.first_check()
-            while True:
-                if i >= check:
-                    nxt = loop.checkpoint(i, t)
-                    if nxt is None:
-                        break
-                    check = nxt
-                if heap.n:
-                    if i < n_open:
-                        ta = arr[i]
-                        if ta < heap.v[0].t or (ta == heap.v[0].t
-                                                and heap.v[0].prio >= PRIO_ARRIVE):
-                            t = ta
-                            self.arrive(i, t)
-                            i += 1
-                            continue
-                    ev = heap.pop()
-                    if ev.t < t:
-                        raise SimulationError(
-                            f"event kind {ev.kind} at t={ev.t!r} is earlier than now={t!r}: "
-                            "a simulator scheduled it in the past")
-                    popped += 1
-                    t = ev.t
-                    if ev.kind == K_D_WAKE:
-                        self.d_wake(t, ev.obj, ev.a)
-                    elif ev.kind == K_D_ARRIVE:
-                        self.d_arrive(t, ev.obj, ev.a)
-                    elif ev.kind == K_PF_DONE:
-                        self.pf_done(t, ev.obj, ev.a)
-                    elif ev.kind == K_PF_ARRIVE:
-                        self.pf_arrive(t, ev.obj, ev.a)
-                    elif ev.kind == K_ENC_DONE:
-                        self.enc_done(t, ev.obj)
-                    else:
-                        self.timer(t, ev.obj, ev.a)
-                elif i < n_open:
-                    t = arr[i]
-                    self.arrive(i, t)
-                    i += 1
-                else:
-                    break
-        finally:
-            free(arr)
-        self.write_back(t, popped, i)
+    # -- the loop's events (EventLoop.events with the handlers of _EPDRun) -----------------
+    cdef int handle(self, Ev* ev) except -1:
+        cdef double t = ev.t
+        if ev.kind == K_D_WAKE:
+            self.d_wake(t, ev.obj, ev.a)
+        elif ev.kind == K_D_ARRIVE:
+            self.d_arrive(t, ev.obj, ev.a)
+        elif ev.kind == K_PF_DONE:
+            self.pf_done(t, ev.obj, ev.a)
+        elif ev.kind == K_PF_ARRIVE:
+            self.pf_arrive(t, ev.obj, ev.a)
+        elif ev.kind == K_ENC_DONE:
+            self.enc_done(t, ev.obj)
+        else:
+            self.timer(t, ev.obj, ev.a)
         return 0
 
 
@@ -1351,6 +1398,337 @@ def run(object epd_run):
     """Run `epd_run` (a fresh hastune.sim.epd._EPDRun) to its end in compiled code."""
     cdef Core core = Core()
     core.setup(epd_run)
+    core.loop_run()
+
+
+# ---------------------------------------------------------------------------------------
+# fudg runs (hastune.sim.fudg.FuDGRun), open loop: a prefill pool that batches and
+# pipelines, the KV over the duplex network shard by shard, the decode pool's workers (the
+# Decode above: reserved or paged KV)
+
+cdef enum FKind:
+    F_PF_NEXT = 1
+    F_PF_DONE = 2
+    F_KV_ARRIVE = 3
+    F_DEC_WAKE = 4
+
+
+cdef class FuDGCore(Loop):
+    cdef Net net
+    cdef list dec, ptm               # Decode per decode instance; prefill InstanceTimings
+    cdef Py_ssize_t P, D, n
+    cdef double* pre_tok
+    cdef long long* out_tok
+    cdef double* enc_lat
+    cdef object tf_arr, tl_arr
+    cdef double* t_first
+    cdef double* t_last
+    cdef list rejected
+    # prefill instances
+    cdef double* p_cap
+    cdef double* max_tok
+    cdef double* p_out               # prompt tokens outstanding (FuDGRun.p_outstanding)
+    cdef double* p_held
+    cdef char* p_busy                # first stage busy (FuDGRun.p_stage_busy)
+    cdef double* p_busy_s
+    cdef long long* p_node
+    cdef long long* p_gpu
+    # each instance's queue, a list linked through the requests (one queue each, once)
+    cdef long long* q_head
+    cdef long long* q_tail
+    cdef long long* q_next
+    cdef long long* src_of
+    # batches: each request is in one batch, once; batch b is
+    # b_req[b_start[b] : b_start[b] + b_len[b]]
+    cdef long long* b_req
+    cdef long long* b_start
+    cdef long long* b_len
+    cdef long long n_batches, b_fill
+    # decode instances
+    cdef double* d_cap
+    cdef long long* d_node
+    cdef long long* d_gpu
+    cdef double fit_d, fit_p
+    cdef long long gp, gd, per_node
+    cdef double kv_bytes
+
+    def __dealloc__(self):
+        free(self.pre_tok)
+        free(self.out_tok)
+        free(self.enc_lat)
+        free(self.p_cap)
+        free(self.max_tok)
+        free(self.p_out)
+        free(self.p_held)
+        free(self.p_busy)
+        free(self.p_busy_s)
+        free(self.p_node)
+        free(self.p_gpu)
+        free(self.q_head)
+        free(self.q_tail)
+        free(self.q_next)
+        free(self.src_of)
+        free(self.b_req)
+        free(self.b_start)
+        free(self.b_len)
+        free(self.d_cap)
+        free(self.d_node)
+        free(self.d_gpu)
+
+    cdef void setup(self, object run) except *:
+        cdef Py_ssize_t k, j, n, P, D
+        cdef Decode d
+        self.py = run
+        self.loop = loop = run.loop
+        if loop.closed:
+            raise ValueError("the compiled fudg core runs open loop only")
+        self.heap = Heap()
+        if run.heap:
+            raise ValueError("the compiled core starts from an empty heap")
+        self.net = Net()
+        self.net.setup(run.net)
+        n = self.n = len(run.out_tok)
+        self.pre_tok = doubles(run.pre_tok, n)
+        self.out_tok = longs(run.out_tok, n)
+        self.enc_lat = doubles(run.enc_lat, n)
+        self.tf_arr, self.tl_arr = run.t_first, run.t_last
+        self.t_first = f64_ptr(self.tf_arr, n, "t_first")
+        self.t_last = f64_ptr(self.tl_arr, n, "t_last")
+        self.rejected = run.rejected
+        self.ptm = list(run.ptm)
+        P = self.P = run.P
+        D = self.D = run.D
+        self.p_cap = doubles(run.p_cap, P)
+        self.max_tok = doubles(run.max_tok, P)
+        self.p_out = doubles(run.p_outstanding, P)
+        self.p_held = doubles(run.p_held, P)
+        self.p_busy_s = doubles(run.p_busy_s, P)
+        self.p_busy = <char*>malloc(max(P, 1))
+        self.p_node = longs([t.node for t in run.ptm], P)
+        self.p_gpu = longs([t.first_gpu for t in run.ptm], P)
+        self.q_head = longs([-1] * P, P)
+        self.q_tail = longs([-1] * P, P)
+        self.q_next = <long long*>malloc(max(n, 1) * sizeof(long long))
+        self.src_of = longs(run.src_of, n)
+        self.b_req = <long long*>malloc(max(n, 1) * sizeof(long long))
+        self.b_start = <long long*>malloc(max(n, 1) * sizeof(long long))
+        self.b_len = <long long*>malloc(max(n, 1) * sizeof(long long))
+        if (self.p_busy == NULL or self.q_next == NULL or self.b_req == NULL
+                or self.b_start == NULL or self.b_len == NULL):
+            raise MemoryError()
+        self.n_batches = self.b_fill = 0
+        for k in range(P):
+            self.p_busy[k] = run.p_stage_busy[k]
+            if run.p_queue[k]:
+                raise ValueError("the compiled core starts from empty prefill queues")
+        self.d_cap = doubles(run.d_cap, D)
+        self.d_node = longs(run.d_node, D)
+        self.d_gpu = longs([t.first_gpu for t in run.dtm], D)
+        self.dec = []
+        for j in range(D):
+            d = Decode()
+            d.setup(run.dws[j], n)
+            d.inflight = run.d_inflight[j]
+            self.dec.append(d)
+        self.fit_d, self.fit_p = run.fits
+        self.gp, self.gd, self.per_node = run.gp, run.gd, run.per_node
+        self.kv_bytes = run.kv_bytes
+
+    cdef void write_back(self, double t, long long popped, Py_ssize_t i) except *:
+        """What FuDGSimulator.run and FuDGRun.utilisation read, and the pools' state (the
+        prefill queues of a run stopped early are left as they were: nothing reads them)."""
+        cdef Py_ssize_t k, j
+        cdef Decode d
+        run = self.py
+        for j in range(self.D):
+            d = <Decode>self.dec[j]
+            d.write_back()
+            run.d_inflight[j] = d.inflight
+        self.net.write_back()
+        for k in range(self.P):
+            run.p_outstanding[k] = self.p_out[k]
+            run.p_held[k] = self.p_held[k]
+            run.p_stage_busy[k] = bool(self.p_busy[k])
+            run.p_busy_s[k] = self.p_busy_s[k]
+        loop = self.loop
+        loop.t = t
+        loop.popped = popped
+        loop.arrived = i
+
+    cdef int handle(self, Ev* ev) except -1:
+        cdef double t = ev.t
+        cdef Decode d
+        cdef double nxt
+        if ev.kind == F_DEC_WAKE:
+            d = <Decode>self.dec[ev.obj]
+            if ev.a == d.version:  # else re-planned since
+                nxt = d.wake(t, self.t_last, self.rejected)
+                if nxt != -1.0:
+                    self.heap.push(nxt, PRIO_DONE, F_DEC_WAKE, ev.obj, d.version)
+        elif ev.kind == F_KV_ARRIVE:
+            self.kv_arrived(ev.obj, ev.a, t)
+        elif ev.kind == F_PF_DONE:
+            self.prefilled(ev.obj, ev.a, t)
+        else:  # F_PF_NEXT: prefill instance's first stage is free
+            self.p_busy[ev.obj] = 0
+            self.start(ev.obj, t)
+        return 0
+
+    cdef int arrive(self, long long r, double t) except -1:
+        """FuDGRun.arrive: to the prefill instance with the fewest prompt tokens outstanding."""
+        cdef double pre = self.pre_tok[r], best
+        cdef Py_ssize_t j, k
+        if pre + self.out_tok[r] > self.fit_d or pre > self.fit_p:
+            self.rejected.append(r)
+            self.t_first[r] = INFINITY
+            self.t_last[r] = INFINITY
+            return 0
+        k = 0
+        best = self.p_out[0]
+        for j in range(1, self.P):
+            if self.p_out[j] < best:
+                best, k = self.p_out[j], j
+        if pre > self.p_cap[k]:  # max(range(P), key=p_cap): the first of the largest
+            k = 0
+            for j in range(1, self.P):
+                if self.p_cap[j] > self.p_cap[k]:
+                    k = j
+        self.src_of[r] = k
+        self.p_out[k] += pre
+        self.q_next[r] = -1
+        if self.q_tail[k] < 0:
+            self.q_head[k] = r
+        else:
+            self.q_next[self.q_tail[k]] = r
+        self.q_tail[k] = r
+        if not self.p_busy[k]:
+            self.start(k, t)
+        return 0
+
+    cdef int start(self, Py_ssize_t k, double t) except -1:
+        """FuDGRun.start: the next prefill batch on instance k, if its first stage is free
+        and the batch's KV fits beside what k still holds."""
+        cdef double room, lim, tokens, sq, enc, L, lat, stage
+        cdef long long r, b, cnt
+        if self.p_busy[k] or self.q_head[k] < 0:
+            return 0
+        room = self.p_cap[k] - self.p_held[k]
+        lim = self.max_tok[k]
+        tokens = sq = enc = 0.0
+        b = self.n_batches
+        cnt = 0
+        while self.q_head[k] >= 0:
+            r = self.q_head[k]
+            L = self.pre_tok[r]
+            if cnt and (tokens + L > lim or tokens + L > room):
+                break
+            if not cnt and L > room:
+                return 0  # wait for transfers to free KV
+            self.q_head[k] = self.q_next[r]
+            if self.q_head[k] < 0:
+                self.q_tail[k] = -1
+            self.b_req[self.b_fill + cnt] = r
+            cnt += 1
+            tokens += L
+            sq += L * L
+            enc += self.enc_lat[r]
+        self.b_start[b] = self.b_fill
+        self.b_len[b] = cnt
+        self.b_fill += cnt
+        self.n_batches += 1
+        self.p_held[k] += tokens
+        tm = self.ptm[k]
+        lat = enc + <double>tm.prefill_latency(tokens, sq)
+        stage = enc + <double>tm.prefill_stage(tokens, sq)
+        self.p_busy_s[k] += stage
+        self.p_busy[k] = 1
+        self.heap.push(t + lat, PRIO_DONE, F_PF_DONE, k, b)
+        self.heap.push(t + stage, PRIO_DONE, F_PF_NEXT, k, 0)
+        return 0
+
+    cdef int prefilled(self, Py_ssize_t k, long long b, double t) except -1:
+        """FuDGRun.prefilled: single-token requests are done, the others' KV goes to a
+        decode instance."""
+        cdef long long i, r
+        cdef double pre
+        for i in range(self.b_start[b], self.b_start[b] + self.b_len[b]):
+            r = self.b_req[i]
+            pre = self.pre_tok[r]
+            self.p_out[k] -= pre
+            if self.out_tok[r] <= 1:
+                self.p_held[k] -= pre
+                self.t_first[r] = t
+                self.t_last[r] = t
+            else:
+                self.send(k, r, t)
+        self.start(k, t)
+        return 0
+
+    cdef Py_ssize_t pick_decode(self, Py_ssize_t k, double need):
+        """FuDGRun.pick_decode: the least loaded decode instance on prefill k's node if it
+        has room, else the least loaded anywhere."""
+        cdef long long node = self.p_node[k]
+        cdef double best_local = INFINITY, best_any = INFINITY, x
+        cdef Py_ssize_t j, bl = -1, ba = 0
+        cdef Decode d
+        for j in range(self.D):
+            d = <Decode>self.dec[j]
+            x = d.reserved_now() + d.pending_tokens + d.inflight
+            if x < best_any:
+                best_any, ba = x, j
+            if self.d_node[j] == node and x < best_local:
+                best_local, bl = x, j
+        if bl >= 0 and best_local + need <= self.d_cap[bl]:
+            return bl
+        return ba
+
+    cdef int send(self, Py_ssize_t k, long long r, double t) except -1:
+        """FuDGRun.send: r's KV from prefill instance k to a decode instance, shard by
+        shard."""
+        cdef double pre = self.pre_tok[r], need, nbytes, shard, at, a
+        cdef Py_ssize_t j
+        cdef long long src, dst, s
+        cdef Decode d
+        need = pre + self.out_tok[r]
+        j = self.pick_decode(k, need)
+        d = <Decode>self.dec[j]
+        d.inflight += need
+        nbytes = pre * self.kv_bytes
+        src, dst = self.p_gpu[k], self.d_gpu[j]
+        if src // self.per_node == dst // self.per_node and self.gp > 1:
+            shard = nbytes / self.gp
+            at = t
+            for s in range(self.gp):
+                a = self.net.transfer(src + s, dst + s % self.gd, shard, t)
+                if a > at:
+                    at = a
+        else:
+            at = self.net.transfer(src, dst, nbytes, t)
+        self.heap.push(at, PRIO_ARRIVE, F_KV_ARRIVE, j, r)
+        return 0
+
+    cdef int kv_arrived(self, Py_ssize_t j, long long r, double t) except -1:
+        """FuDGRun.kv_arrived: r's first token counts now; its prefill instance frees the KV
+        and may start a batch that waited for room."""
+        cdef double pre = self.pre_tok[r], nxt
+        cdef long long k = self.src_of[r]
+        cdef Decode d = <Decode>self.dec[j]
+        self.p_held[k] -= pre
+        d.inflight -= pre + self.out_tok[r]
+        self.t_first[r] = t
+        nxt = d.add(r, pre + 1.0, self.out_tok[r], t)
+        if nxt != -1.0:
+            self.heap.push(nxt, PRIO_DONE, F_DEC_WAKE, j, d.version)
+        if self.q_head[k] >= 0 and not self.p_busy[k]:
+            self.start(k, t)
+        return 0
+
+
+def run_fudg(object fudg_run):
+    """Run `fudg_run` (a fresh hastune.sim.fudg.FuDGRun, open loop, arrays) to its end in
+    compiled code."""
+    cdef FuDGCore core = FuDGCore()
+    core.setup(fudg_run)
     core.loop_run()
 
 

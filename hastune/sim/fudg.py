@@ -30,6 +30,7 @@ from hastune.profile import Profile
 from hastune.recipe import SLO
 from hastune.runs import RunResult
 from hastune.sim.common import EventLoop, build_result, check_gpus, request_lists
+from hastune.sim.compiled import core, core_name
 from hastune.sim.decode import DecodeWorker
 from hastune.sim.events import PRIO_ARRIVE, PRIO_DONE
 from hastune.sim.instance import InstanceTiming
@@ -69,9 +70,12 @@ def place(cfg: FuDGConfig) -> tuple[list[int], list[int]]:
 
 
 class FuDGSimulator:
-    """Simulates one fudg deployment; `run(requests, rate)` is deterministic."""
+    """Simulates one fudg deployment; `run(requests, rate)` is deterministic. Open-loop runs
+    take the compiled core where it was built (hastune.sim._core.run_fudg, the same run:
+    tests/sim/test_core.py); closed-loop ones (benchmark clients) the Python path."""
 
     stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
+    core: str | None = None  # "python" or "compiled" for this simulator (None: core_name())
 
     def __init__(self, profile: Profile, cluster: Cluster, config: FuDGConfig,
                  warmup: float = 0.1, slo: SLO | None = None,
@@ -94,8 +98,12 @@ class FuDGSimulator:
 
     def run(self, reqs: RequestSet, rate: float) -> RunResult:
         wall0 = time.perf_counter()
-        run = FuDGRun(self, reqs, rate)
-        run.events()
+        fast = core_name(self.core) == "compiled" and reqs.think_s is None
+        run = FuDGRun(self, reqs, rate, lists=not fast)
+        if fast:
+            core.run_fudg(run)  # type: ignore[union-attr]
+        else:
+            run.events()
         extra = {"network_GB": run.net.bytes_moved / 1e9, "network_busy_s": run.net.busy_s}
         if self.profile.kv_on_demand:
             extra["preemptions"] = float(sum(d.preempted for d in run.dws))  # type: ignore
@@ -107,16 +115,19 @@ class FuDGRun:
     """The state of one fudg run (prefill pool, decode pool, network, event heap); `events()`
     runs it. Hot methods bind the attributes they read to locals first."""
 
-    def __init__(self, sim: FuDGSimulator, reqs: RequestSet, rate: float):
+    def __init__(self, sim: FuDGSimulator, reqs: RequestSet, rate: float, lists: bool = True):
+        """`lists` False: the per-request numbers as arrays, for the compiled core (open
+        loop)."""
         cfg, cluster = sim.config, sim.cluster
         self.gpus = cfg.gpus
         self.per_node = cluster.gpus_per_node
         # one front end per decode instance
-        self.loop = loop = EventLoop(reqs, rate, streams=cfg.decode_instances)
+        self.loop = loop = EventLoop(reqs, rate, streams=cfg.decode_instances, lists=lists)
         self.heap, self.seq, self.done = loop.heap, loop.seq, loop.finished
         (self.pre_tok, _, self.out_tok, mm, self.t_first, self.t_last,
-         self.rejected) = request_lists(reqs)
-        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok, self.rejected)
+         self.rejected) = request_lists(reqs, lists)
+        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok, self.rejected,
+                   sim.core)
         self.src_of = [0] * len(reqs)  # the prefill instance of each request
         self.net = network(DuplexNetwork, cluster, cfg.gpus, sim.layout)
         self.ptm, self.dtm = ptm, dtm = sim.ptm, sim.dtm

@@ -1,9 +1,10 @@
-"""The compiled EPD core (hastune.sim._core, issue 34) against the Python reference path
-(hastune/sim/epd.py's handlers with the worker and policy classes): the same simulation, so on
-generated recipes, configurations, loads, same-time bursts and paged decode pools that preempt,
-both give exactly the same run — every request's TTFT and TPOT to the last bit, the rejected,
-the events, the utilisations and the extras — and the same goodput search, probe for probe,
-with the stop rule and the continued probes' windows on."""
+"""The compiled core (hastune.sim._core, issue 34) against the Python reference path
+(hastune/sim/epd.py's and hastune/sim/fudg.py's handlers with the worker and policy classes):
+the same simulation, so on generated recipes, configurations, loads, same-time bursts and
+paged decode pools that preempt, both give exactly the same run — every request's TTFT and
+TPOT to the last bit, the rejected, the events, the utilisations and the extras — and the
+same goodput search, probe for probe, with the stop rule and the continued probes' windows
+on. EPD runs (epd, epd-static) and open-loop fudg runs take the core."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from hastune.evaluators.sim import Evaluation
 from hastune.recipe import load_recipe
 from hastune.sim import compiled
 from hastune.sim.epd import EPDSimulator
+from hastune.sim.fudg import FuDGSimulator
 from hastune.sim.stoprule import StopRule
 from tests.generated import EPD_FAMILY, random_recipe, space
 from tests.sim.paged_kv import profile_with_kv, random_requests
@@ -210,3 +212,98 @@ def test_pools_on_two_gpu_types_run_the_same():
 
     ref, fast = both(sims(ev, cfg, None), ev.requests, 0.7 * ev.start_rate(cfg))
     assert fingerprint(fast) == fingerprint(ref)
+
+
+# -- fudg -----------------------------------------------------------------------------------
+
+@SETTINGS(60)
+@given(seed=st.integers(0, 2**31 - 1), load=st.floats(0.2, 2.0), every=st.integers(1, 5),
+       stop=st.booleans(), tp=st.sampled_from([(1, 1), (2, 1), (1, 2), (2, 2)]),
+       placement=st.sampled_from(["interleaved", "grouped"]), gpn=st.sampled_from([1, 2, 8]),
+       counts=st.tuples(st.integers(1, 3), st.integers(1, 3)))
+def test_compiled_fudg_runs_are_the_reference_runs(seed, load, every, stop, tp, placement,
+                                                    gpn, counts):
+    """Generated fudg recipes (text and multimodal: the encode inline in prefill; Poisson and
+    Gamma arrivals; every profile with its engine terms, paged KV with vLLM's), prefill and
+    decode pools of 1–3 instances at TP 1 or 2 (a KV cache sent shard by shard inside a node,
+    whole over the NICs between nodes), both placements, 1, 2 or 8 GPUs per node, light to
+    overloaded, same-time bursts, with the stop rule or without."""
+    rec = random_recipe(seed, ("fudg",), requests=(150, 400), evaluator=QUICK)
+    cfg = parse_config({"architecture": "fudg", "prefill_instances": counts[0],
+                        "prefill_tp": tp[0], "decode_instances": counts[1], "decode_tp": tp[1],
+                        "placement": placement})
+    rec = rec.model_copy(update={"cluster": rec.cluster.model_copy(
+        update={"gpus": cfg.gpus, "gpus_per_node": gpn})})
+    ev = Evaluation(rec)
+    if not ev.runnable(cfg):
+        return
+    reqs = ev.requests
+    if every > 1:
+        i = np.arange(len(reqs))
+        reqs = dataclasses.replace(reqs, gaps=np.where(i % every == 0, reqs.gaps * every, 0.0))
+
+    ref, fast = both(sims(ev, cfg, KEEP if stop else None), reqs, load * ev.start_rate(cfg))
+    assert fingerprint(fast) == fingerprint(ref)
+
+
+def _fudg_paged_case(paged: bool, kv: int, d: int):
+    prof = profile_with_kv(paged, kv)
+    cfg = parse_config({"architecture": "fudg", "prefill_instances": 1, "prefill_tp": 2,
+                        "decode_instances": d, "decode_tp": 2})
+    cluster = Cluster(gpu="a100-80gb", gpus=8)
+    return lambda: FuDGSimulator(prof, cluster, cfg, warmup=0.0)
+
+
+@SETTINGS(30)
+@given(seed=st.integers(0, 2**31 - 1), kv=st.integers(1_500, 40_000), d=st.integers(1, 3),
+       load=st.floats(0.5, 3.0), paged=st.booleans(), out_max=st.integers(3, 600))
+def test_fudg_pools_that_preempt_run_the_same(seed, kv, d, load, paged, out_max):
+    """Instances with little KV: prefill batches that wait for transfers to free KV, decode
+    pools that preempt and recompute (paged) or wait (reserved), requests rejected."""
+    ref, fast = both(_fudg_paged_case(paged, kv, d), random_requests(300, seed, out_max), load)
+    assert fingerprint(fast) == fingerprint(ref)
+
+
+def test_the_small_fudg_pools_preempt_and_reject():
+    """What the test above draws reaches the paths it is there for."""
+    reqs = random_requests(300, 1, 600)
+    for paged in (True, False):
+        ref, fast = both(_fudg_paged_case(paged, 2_000, 2), reqs, 3.0)
+        assert fingerprint(fast) == fingerprint(ref)
+        assert ref.rejected > 0
+        assert not paged or ref.extra["preemptions"] > 0
+
+
+def test_a_fudg_goodput_search_is_the_same_probe_for_probe(monkeypatch):
+    """The whole steady-state search of a fudg deployment of the audio example."""
+    rec = load_recipe(ROOT / "examples/audio-ultravox-8xa100.yaml")
+    rec = rec.model_copy(update={"evaluator": rec.evaluator.model_copy(update=QUICK)})
+    cfg = parse_config({"architecture": "fudg", "prefill_instances": 3, "prefill_tp": 1,
+                        "decode_instances": 5, "decode_tp": 1})
+    got = []
+    for core in ("python", "compiled"):
+        monkeypatch.setenv("HASTUNE_SIM_CORE", core)
+        res = Evaluation(rec, requests=600).goodput(cfg)
+        got.append((res.goodput_rps, _probes(res)))
+    assert got[1] == got[0]
+
+
+def test_closed_loop_fudg_runs_take_the_python_path(monkeypatch):
+    """Benchmark clients (closed loop, fidelity's disaggregated rows) are not the core's: a
+    run with think_s set never calls it; an open-loop one does."""
+    from hastune.sim import fudg
+
+    real, called = fudg.core, []
+
+    def run_fudg(run):
+        called.append(run)
+        real.run_fudg(run)  # type: ignore[union-attr]
+
+    monkeypatch.setattr(fudg, "core", type("C", (), {"run_fudg": staticmethod(run_fudg)}))
+    sim = _fudg_paged_case(False, 40_000, 1)()
+    sim.core = "compiled"
+    closed = dataclasses.replace(random_requests(50, 3, 20), think_s=0.0)
+    assert sim.run(closed, 4).completed > 0
+    assert called == []
+    assert sim.run(random_requests(50, 3, 20), 1.0).completed > 0
+    assert len(called) == 1
