@@ -54,7 +54,11 @@ def fidelity(
     share: str | None = typer.Option(None, "--share", help="with --cv: how the terms are "
                                      "shared — gpu (a set per engine and GPU), engine (one "
                                      "per engine), kernel (one per engine, a kernel scale per "
-                                     "GPU); default: as the shipped terms are fitted"),
+                                     "GPU), models (a set per engine and GPU whose rows come "
+                                     "from two models or more, else the engine's), client, "
+                                     "client-kernel, clients, clients-kernel "
+                                     "(docs/fidelity.md); default: as the shipped terms are "
+                                     "fitted"),
 ) -> None:
     """Simulate every measured run (one aggregated instance, closed-loop clients, fixed
     lengths), fit the engine terms per (engine, GPU) with folds that leave whole isl × osl

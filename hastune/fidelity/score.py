@@ -25,8 +25,12 @@ FOLDS = 4
 # per engine, every GPU; "kernel" — one per engine but a kernel scale per GPU; "client" — one
 # per engine but the front end's fixed part per benchmark client (harness.client) over every
 # engine; "client-kernel" — that, with a kernel scale per (engine, GPU); "clients",
-# "clients-kernel" — those, with the wait per request in flight per client too
-SHARES = ("gpu", "engine", "kernel", "client", "client-kernel", "clients", "clients-kernel")
+# "clients-kernel" — those, with the wait per request in flight per client too; "models" — a
+# set per (engine, GPU) whose rows come from at least MIN_MODELS models, the engine's one set
+# (fitted on all its rows) on a GPU with fewer: per GPU only what the rows support
+SHARES = ("gpu", "engine", "kernel", "client", "client-kernel", "clients", "clients-kernel",
+          "models")
+MIN_MODELS = 2
 SHARE = "gpu"
 REFINE = 1     # Gauss-Newton steps after the fit from the first forms (at fit.START)
 
@@ -232,6 +236,13 @@ class Fitter:
         stream: dict[tuple[str, str], float] = {}
         if self.share == "gpu":
             terms = {g: self.fitted(m) for g, m in sorted(groups.items())}
+        elif self.share == "models":
+            terms = {}
+            for (e, g), m in sorted(groups.items()):
+                if len({c.model for c in m}) >= MIN_MODELS:
+                    terms[(e, g)] = self.fitted(m)
+                else:  # one model's rows: the engine's terms, fitted on all its rows
+                    terms[(e, g)] = self.fitted([c for c in rows if c.engine == e])
         elif self.share.startswith("client"):
             # one joint fit: the engine's terms shared over its models (and GPUs, or a kernel
             # scale per GPU), the front end's fixed part per benchmark client, over engines

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hastune.errors import InputError
 from hastune.fidelity import cv
@@ -122,3 +124,35 @@ def test_a_split_fit_finds_each_classes_kernel_scale_and_one_class_is_the_plain_
     assert got[0][1:] == pytest.approx(got[1][1:])  # the rest shared
     one = F.fit_split(forms, mt, mp, {})
     assert all((t == F.fit(forms, mt, mp)).all() for t in one)
+
+
+def _stub_fitter(share: str):
+    """A Fitter without profiles: `fitted(rows)` answers which rows it was given."""
+    from hastune.fidelity.score import Fitter
+
+    f = Fitter.__new__(Fitter)
+    f.share = share
+    f.fitted = lambda rows: tuple(sorted(c.line for c in rows))  # type: ignore[method-assign]
+    return f
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["vllm", "sglang", "trtllm"]),
+                          st.sampled_from(["h100-80gb", "h200-141gb", "b200-180gb"]),
+                          st.sampled_from(["m1", "m2", "m3"])), min_size=1, max_size=40))
+def test_the_models_share_fits_a_gpu_alone_only_on_two_models(draw):
+    """`--share models`: an (engine, GPU) whose rows come from at least two models gets terms
+    fitted on its own rows; one whose rows are one model's gets its engine's, fitted on all
+    the engine's rows (that model on its other GPUs, and the other models)."""
+    from hastune.fidelity.rows import Case
+    from hastune.fidelity.score import MIN_MODELS
+
+    cases = [Case(f"r{i}", e, "", m, g, "bf16", 1024, 128, 8, 1, 100.0, 10.0, i)
+             for i, (e, g, m) in enumerate(draw)]
+    table = _stub_fitter("models").table(cases)
+    for (e, g), got in table.terms.items():
+        mine = [c for c in cases if c.group == (e, g)]
+        engine = [c for c in cases if c.engine == e]
+        alone = len({c.model for c in mine}) >= MIN_MODELS
+        assert got == tuple(sorted(c.line for c in (mine if alone else engine)))
+    assert set(table.terms) == {c.group for c in cases}
