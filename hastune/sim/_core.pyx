@@ -140,6 +140,15 @@ cdef class Heap:
 # ---------------------------------------------------------------------------------------
 # the network (hastune.sim.network.Network; Remapped through `ids`)
 
+cdef inline double max3(double a, double b, double c):
+    """Python's max(a, b, c): the first of equals."""
+    if b > a:
+        a = b
+    if c > a:
+        a = c
+    return a
+
+
 cdef class Net:
     cdef long long per_node
     cdef double intra_bw, intra_lat, inter_bw, inter_lat, bytes_moved, busy_s
@@ -202,7 +211,7 @@ cdef class Net:
 
     cdef double transfer(self, long long src, long long dst, double nbytes, double t) except? -1.0:
         cdef long long sn, dn
-        cdef double start, dur, x
+        cdef double start, dur
         if self.ids != NULL:
             src = self.ids[src]
             dst = self.ids[dst]
@@ -213,13 +222,7 @@ cdef class Net:
         dn = dst // self.per_node
         if sn == dn and self.duplex:
             # DuplexNetwork: max(t, out[src], inn[dst]), both ports busy
-            start = t
-            x = self.gpu_free[src]
-            if x > start:
-                start = x
-            x = self.gpu_in[dst]
-            if x > start:
-                start = x
+            start = max3(t, self.gpu_free[src], self.gpu_in[dst])
             dur = nbytes / self.intra_bw
             self.gpu_free[src] = start + dur
             self.gpu_in[dst] = start + dur
@@ -231,14 +234,7 @@ cdef class Net:
             self.gpu_free[src] = start + dur
             self.busy_s += dur
             return start + dur + self.intra_lat
-        # max(t, nic[sn], nic[dn]): Python's max keeps the first of equals
-        start = t
-        x = self.nic_free[sn]
-        if x > start:
-            start = x
-        x = self.nic_free[dn]
-        if x > start:
-            start = x
+        start = max3(t, self.nic_free[sn], self.nic_free[dn])
         dur = nbytes / self.inter_bw
         self.nic_free[sn] = start + dur
         self.nic_free[dn] = start + dur

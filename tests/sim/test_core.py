@@ -83,6 +83,17 @@ def both(make, reqs, rate: float) -> tuple:
 KEEP = object()  # the evaluator's own stop rule
 
 
+def same_runs(ev, cfg, every: int, stop: bool, load: float) -> None:
+    """Both paths run `ev`'s requests, arriving in same-time groups of `every`, on `cfg` at
+    `load` × its start rate (with the evaluator's stop rule, or none): the same run."""
+    reqs = ev.requests
+    if every > 1:
+        i = np.arange(len(reqs))
+        reqs = dataclasses.replace(reqs, gaps=np.where(i % every == 0, reqs.gaps * every, 0.0))
+    ref, fast = both(sims(ev, cfg, KEEP if stop else None), reqs, load * ev.start_rate(cfg))
+    assert fingerprint(fast) == fingerprint(ref)
+
+
 def sims(ev, cfg, rule=KEEP):
     """A factory of `ev`'s simulator of `cfg`, with stop rule `rule` (KEEP: the evaluator's)."""
     def make():
@@ -118,13 +129,7 @@ def test_compiled_runs_are_the_reference_runs(seed, load, every, stop, knob):
     rec, ev, cfg = got
     if knob is not None and cfg.architecture == "epd":
         cfg = cfg.model_copy(update={knob: 0.4 if knob == "sm_split" else 5.0})
-    reqs = ev.requests
-    if every > 1:
-        i = np.arange(len(reqs))
-        reqs = dataclasses.replace(reqs, gaps=np.where(i % every == 0, reqs.gaps * every, 0.0))
-
-    ref, fast = both(sims(ev, cfg, KEEP if stop else None), reqs, load * ev.start_rate(cfg))
-    assert fingerprint(fast) == fingerprint(ref)
+    same_runs(ev, cfg, every, stop, load)
 
 
 @SETTINGS(40)
@@ -237,13 +242,7 @@ def test_compiled_fudg_runs_are_the_reference_runs(seed, load, every, stop, tp, 
     ev = Evaluation(rec)
     if not ev.runnable(cfg):
         return
-    reqs = ev.requests
-    if every > 1:
-        i = np.arange(len(reqs))
-        reqs = dataclasses.replace(reqs, gaps=np.where(i % every == 0, reqs.gaps * every, 0.0))
-
-    ref, fast = both(sims(ev, cfg, KEEP if stop else None), reqs, load * ev.start_rate(cfg))
-    assert fingerprint(fast) == fingerprint(ref)
+    same_runs(ev, cfg, every, stop, load)
 
 
 def _fudg_paged_case(paged: bool, kv: int, d: int):
