@@ -12,6 +12,7 @@ packaged model configs."""
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import warnings
@@ -107,6 +108,11 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
     except ValueError as exc:  # the profile lacks what the row needs (a TP degree, …)
         return {**base, "gpu": c.gpu, "status": "unsupported", "reason": _why(exc),
                 **measured}
+    if not math.isfinite(s.ttft_ms):  # rejected: as simulated, it cannot hold the row's runs
+        return {**base, "gpu": c.gpu, "status": "unsupported", "reason": (
+            f"simulated: requests rejected, the KV room left beside the weights at TP "
+            f"{c.tp} ({c.engine}'s memory share of the profile's {c.gpu}) does not hold "
+            f"{c.isl} + {c.osl} tokens"), **measured}
     return {**base, "gpu": c.gpu, "status": "scored", "reason": note,
             "ttft_ms": {"measured": c.ttft_ms, "simulated": s.ttft_ms},
             "tpot_ms": {"measured": c.tpot_ms, "simulated": s.tpot_ms}}
@@ -133,6 +139,8 @@ def cause(reason: str) -> str:
         return reason.split(" (")[0]
     if "tensor-parallel variant" in reason:
         return "profile: no such tensor-parallel degree"
+    if reason.startswith("simulated: requests rejected"):
+        return "simulated: requests rejected (no KV room beside the weights)"
     reason = re.sub(r"^line \d+: ", "", reason)
     return reason.split(":")[0].split(" (")[0]
 

@@ -2,7 +2,8 @@
 
 - On generated files — measured rows of the shipped file mixed with rows hastune cannot
   simulate (disaggregated runs without worker counts, a system or precision it has no profile
-  for, pipeline parallel, a model with no config, a bad number) — every row comes back once, in
+  for, pipeline parallel, a model with no config, a bad number, a prompt no KV room holds) —
+  every row comes back once, in
   order, `scored` with both latencies or `unsupported` with the reason that applies; the
   coverage and the per-engine counts are those rows'.
 - A scored row is simulated with the terms hastune.engine_fitted ships for its (engine, GPU),
@@ -44,6 +45,9 @@ SPOIL = {
     "moemix": ({"moe_tp_size": "2", "moe_ep_size": "4"}, "agg: MoE TP × EP not modelled"),
     "model": ({"model_path": "nobody/No-Such-Model-7B"}, "no model config"),
     "number": ({"isl": "many"}, "not a number"),
+    # a prompt no instance's KV holds: simulated, every request is rejected (no latency to
+    # score), which is said rather than scored
+    "kv": ({"isl": "9000000"}, "simulated: requests rejected, the KV room left beside"),
 }
 
 
