@@ -910,11 +910,18 @@ cdef class Decode:
         return 0
 
 
-cdef double* doubles(object x, Py_ssize_t n) except NULL:
-    """A C copy of n numbers: a list of them (the Python path's), or an array (its float64
-    values: what .tolist() would have made them)."""
-    cdef double* out = <double*>malloc(max(n, 1) * sizeof(double))
-    cdef double[::1] v
+ctypedef long long i64
+
+ctypedef fused cnum:
+    double
+    i64
+
+
+cdef cnum* c_copy(object x, Py_ssize_t n, cnum* out) except NULL:
+    """A C copy of n numbers into `out` (malloc'd for max(n, 1) of them, or NULL: raises): a
+    list of them (the Python path's), or an array (float64 or int64 values: what .tolist()
+    would have made them)."""
+    cdef const cnum[::1] v
     cdef Py_ssize_t i
     if out == NULL:
         raise MemoryError()
@@ -922,10 +929,20 @@ cdef double* doubles(object x, Py_ssize_t n) except NULL:
         for i in range(n):
             out[i] = x[i]
         return out
-    v = np.ascontiguousarray(x, dtype=np.float64)
+    v = np.ascontiguousarray(x, dtype=np.float64 if cnum is double else np.int64)
     for i in range(n):
         out[i] = v[i]
     return out
+
+
+cdef double* doubles(object x, Py_ssize_t n) except NULL:
+    """c_copy of n doubles."""
+    return c_copy(x, n, <double*>malloc(max(n, 1) * sizeof(double)))
+
+
+cdef long long* longs(object x, Py_ssize_t n) except NULL:
+    """c_copy of n 64-bit integers."""
+    return c_copy(x, n, <i64*>malloc(max(n, 1) * sizeof(i64)))
 
 
 cdef double EMPTY[1]
@@ -941,23 +958,6 @@ cdef double* f64_ptr(object x, Py_ssize_t n, str what) except NULL:
         return &EMPTY[0]
     v = x
     return &v[0]
-
-
-cdef long long* longs(object x, Py_ssize_t n) except NULL:
-    """A C copy of n integers: a list of them, or an int64 array."""
-    cdef long long* out = <long long*>malloc(max(n, 1) * sizeof(long long))
-    cdef const long long[::1] v
-    cdef Py_ssize_t i
-    if out == NULL:
-        raise MemoryError()
-    if isinstance(x, list):
-        for i in range(n):
-            out[i] = x[i]
-        return out
-    v = np.ascontiguousarray(x, dtype=np.int64)
-    for i in range(n):
-        out[i] = v[i]
-    return out
 
 
 cdef double py_floordiv(double vx, double wx):

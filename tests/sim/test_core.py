@@ -188,15 +188,18 @@ def _probes(res) -> list:
 @pytest.mark.parametrize("recipe,config", [
     ("examples/audio-ultravox-8xa100.yaml", "examples/configs/epd-2-2-4.yaml"),
     ("examples/image-llava-8xa100.yaml", "examples/configs/epd-static-2-2-4.yaml"),
+    ("examples/audio-ultravox-8xa100.yaml",
+     {"architecture": "fudg", "prefill_instances": 3, "decode_instances": 5}),
 ])
 def test_a_goodput_search_is_the_same_probe_for_probe(monkeypatch, recipe, config):
     """The whole steady-state search (scouts, continued full probes, the stop rule) on a
-    shipped recipe, with a short workload: the same probes, the same goodput."""
+    shipped recipe, with a short workload: the same probes, the same goodput (EPD configs
+    of examples/configs, and a fudg deployment)."""
     from hastune.config import load_config
 
     rec = load_recipe(ROOT / recipe)
     rec = rec.model_copy(update={"evaluator": rec.evaluator.model_copy(update=QUICK)})
-    cfg = load_config(ROOT / config)
+    cfg = parse_config(config) if isinstance(config, dict) else load_config(ROOT / config)
     got = []
     for core in ("python", "compiled"):
         monkeypatch.setenv("HASTUNE_SIM_CORE", core)
@@ -271,20 +274,6 @@ def test_the_small_fudg_pools_preempt_and_reject():
         assert fingerprint(fast) == fingerprint(ref)
         assert ref.rejected > 0
         assert not paged or ref.extra["preemptions"] > 0
-
-
-def test_a_fudg_goodput_search_is_the_same_probe_for_probe(monkeypatch):
-    """The whole steady-state search of a fudg deployment of the audio example."""
-    rec = load_recipe(ROOT / "examples/audio-ultravox-8xa100.yaml")
-    rec = rec.model_copy(update={"evaluator": rec.evaluator.model_copy(update=QUICK)})
-    cfg = parse_config({"architecture": "fudg", "prefill_instances": 3, "prefill_tp": 1,
-                        "decode_instances": 5, "decode_tp": 1})
-    got = []
-    for core in ("python", "compiled"):
-        monkeypatch.setenv("HASTUNE_SIM_CORE", core)
-        res = Evaluation(rec, requests=600).goodput(cfg)
-        got.append((res.goodput_rps, _probes(res)))
-    assert got[1] == got[0]
 
 
 def test_closed_loop_fudg_runs_take_the_python_path(monkeypatch):
