@@ -986,9 +986,39 @@ cdef double py_floordiv(double vx, double wx):
 cdef class Loop:
     """EventLoop.events in C for one run's handlers (a subclass's `arrive` and `handle`):
     the pre-computed arrivals merged with the heap, the stop rule's checks (the Python
-    EventLoop.checkpoint, at the same arrival counts), then `write_back`."""
+    EventLoop.checkpoint, at the same arrival counts), then `write_back`; and what every run
+    holds (`open_run`): its network, prompt and output tokens, and the times it writes."""
     cdef object py, loop
     cdef Heap heap
+    cdef Net net
+    cdef Py_ssize_t n
+    cdef double* pre_tok
+    cdef long long* out_tok
+    cdef object tf_arr, tl_arr      # the run's t_first, t_last (float64 arrays) ...
+    cdef double* t_first            # ... written through these
+    cdef double* t_last
+    cdef list rejected
+
+    def __dealloc__(self):
+        free(self.pre_tok)
+        free(self.out_tok)
+
+    cdef void open_run(self, object run) except *:
+        """Take `run` (a fresh Python run: an empty heap, arrays) as this one's."""
+        self.py = run
+        self.loop = run.loop
+        self.heap = Heap()
+        if run.heap:
+            raise ValueError("the compiled core starts from an empty heap")
+        self.net = Net()
+        self.net.setup(run.net)
+        n = self.n = len(run.out_tok)
+        self.pre_tok = doubles(run.pre_tok, n)
+        self.out_tok = longs(run.out_tok, n)
+        self.tf_arr, self.tl_arr = run.t_first, run.t_last
+        self.t_first = f64_ptr(self.tf_arr, n, "t_first")
+        self.t_last = f64_ptr(self.tl_arr, n, "t_last")
+        self.rejected = run.rejected
 
     cdef int arrive(self, long long r, double t) except -1:
         raise NotImplementedError
@@ -1046,17 +1076,10 @@ cdef class Loop:
 
 
 cdef class Core(Loop):
-    cdef Net net
     cdef list enc, pf, dec          # Encode, Prefill (local first, then remote), Decode
     cdef Py_ssize_t n_enc, n_local, n_remote, n_dec
-    cdef double* pre_tok
     cdef double* enc_tok
-    cdef long long* out_tok
     cdef double* llm_tok
-    cdef object tf_arr, tl_arr      # the run's t_first, t_last (float64 arrays) ...
-    cdef double* t_first            # ... written through these
-    cdef double* t_last
-    cdef list rejected
     cdef double emb_bytes
     cdef long long rr, rr_text
     cdef bint text_at_encode
@@ -1066,9 +1089,7 @@ cdef class Core(Loop):
     cdef long long r_num, r_den, r_acc, r_remote, r_local
 
     def __dealloc__(self):
-        free(self.pre_tok)
         free(self.enc_tok)
-        free(self.out_tok)
         free(self.llm_tok)
 
     cdef void setup(self, object run) except *:
@@ -1076,23 +1097,10 @@ cdef class Core(Loop):
         cdef Encode e
         cdef Prefill p
         cdef Decode d
-        self.py = run
-        self.loop = run.loop
-        self.heap = Heap()
-        if run.heap:
-            raise ValueError("the compiled core starts from an empty heap")
-        self.net = Net()
-        self.net.setup(run.net)
-        out = run.out_tok
-        n = len(out)
-        self.pre_tok = doubles(run.pre_tok, n)
+        self.open_run(run)
+        n = self.n
         self.enc_tok = doubles(run.enc_tok, n)
         self.llm_tok = doubles(run.llm_tok, n)
-        self.out_tok = longs(out, n)
-        self.tf_arr, self.tl_arr = run.t_first, run.t_last
-        self.t_first = f64_ptr(self.tf_arr, n, "t_first")
-        self.t_last = f64_ptr(self.tl_arr, n, "t_last")
-        self.rejected = run.rejected
         self.emb_bytes = run.emb_bytes
         self.rr, self.rr_text = run.rr, run.rr_text
         self.text_at_encode = run.text_at_encode
@@ -1410,16 +1418,9 @@ cdef enum FKind:
 
 
 cdef class FuDGCore(Loop):
-    cdef Net net
     cdef list dec, ptm               # Decode per decode instance; prefill InstanceTimings
-    cdef Py_ssize_t P, D, n
-    cdef double* pre_tok
-    cdef long long* out_tok
+    cdef Py_ssize_t P, D
     cdef double* enc_lat
-    cdef object tf_arr, tl_arr
-    cdef double* t_first
-    cdef double* t_last
-    cdef list rejected
     # prefill instances
     cdef double* p_cap
     cdef double* max_tok
@@ -1449,8 +1450,6 @@ cdef class FuDGCore(Loop):
     cdef double kv_bytes
 
     def __dealloc__(self):
-        free(self.pre_tok)
-        free(self.out_tok)
         free(self.enc_lat)
         free(self.p_cap)
         free(self.max_tok)
@@ -1474,23 +1473,11 @@ cdef class FuDGCore(Loop):
     cdef void setup(self, object run) except *:
         cdef Py_ssize_t k, j, n, P, D
         cdef Decode d
-        self.py = run
-        self.loop = loop = run.loop
-        if loop.closed:
+        if run.loop.closed:
             raise ValueError("the compiled fudg core runs open loop only")
-        self.heap = Heap()
-        if run.heap:
-            raise ValueError("the compiled core starts from an empty heap")
-        self.net = Net()
-        self.net.setup(run.net)
-        n = self.n = len(run.out_tok)
-        self.pre_tok = doubles(run.pre_tok, n)
-        self.out_tok = longs(run.out_tok, n)
+        self.open_run(run)
+        n = self.n
         self.enc_lat = doubles(run.enc_lat, n)
-        self.tf_arr, self.tl_arr = run.t_first, run.t_last
-        self.t_first = f64_ptr(self.tf_arr, n, "t_first")
-        self.t_last = f64_ptr(self.tl_arr, n, "t_last")
-        self.rejected = run.rejected
         self.ptm = list(run.ptm)
         P = self.P = run.P
         D = self.D = run.D
