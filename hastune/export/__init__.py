@@ -128,6 +128,7 @@ def check_model(t: Target, engine: str) -> None:
                          f"quantization_config {how}), or tune with precision.weights fp8 "
                          "or bf16")
 
+
 def check_commands(cmds: list[Command]) -> None:
     bad = [f"{c.name}: {p}" for c in cmds for p in flagsets.problems(c)]
     if bad:  # a bug of hastune's, never the user's input

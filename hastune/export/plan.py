@@ -123,16 +123,17 @@ def _layout(pools: list[Pool], gpus_per_node: int | dict[str, int],
 
 def _first_wide(pools: list[Pool], sizes: dict[str, int] | None, one: int
                 ) -> tuple[str, int, int] | None:
-    """The first instance `_layout` would place over more GPUs than its node holds, as (name,
-    tp, pp), without placing any: a co-resident pool's instances are the encode instances'
-    shapes, placed after them, so never the first."""
+    """The first instance `_layout` places over more GPUs than its node holds (a node of its
+    pool's type, the first type's where the pool names none), as (name, tp, pp), found from
+    the pools: a co-resident pool's instances are the encode instances' shapes, placed after
+    them, so never the first (tests/export/test_plan_blocking.py holds it to the layout)."""
     done: dict[str, int] = {}
     for pool in pools:
         if pool.co_resident:
             done[pool.role] = done.get(pool.role, 0) + done.get("encode", 0)
             continue
-        t = pool.gpu if sizes and pool.gpu in sizes else (next(iter(sizes)) if sizes else None)
-        if pool.instances and pool.tp * pool.pp > (sizes or {}).get(t, one):  # type: ignore
+        node = sizes.get(pool.gpu, one) if sizes else one
+        if pool.instances and pool.tp * pool.pp > node:
             return f"{pool.role[0].upper()}{done.get(pool.role, 0)}", pool.tp, pool.pp
         done[pool.role] = done.get(pool.role, 0) + pool.instances
     return None
@@ -163,11 +164,7 @@ def plan(cfg: ConfigBase, gpus_per_node: int | dict[str, int] = 8,
             f"{k} = {getattr(cfg, k)}" for k in cfg.type_knobs if getattr(cfg, k))
             + "), and the target names one: export it from the best_config.yaml that tune "
             "wrote (its target: names each type's nodes)")
-    if place:
-        wide = next(((i.name, i.tp, i.pp) for i in p.instances
-                     if i.tp * i.pp > (sizes or {}).get(i.gpu_type, one)), None)  # type: ignore
-    else:
-        wide = _first_wide(dep.pools, sizes, one)
+    wide = _first_wide(dep.pools, sizes, one)
     if wide:
         p.blocking.append(f"{wide[0]} spans nodes (tp {wide[1]} x pp {wide[2]} > "
                           f"{one} GPUs per node): start it with the engine's "

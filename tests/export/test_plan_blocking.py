@@ -1,7 +1,8 @@
 """`plan(cfg, …, place=False)` — what pruning's target rule asks of every configuration — says
 the same as the placed plan: on generated configurations of every architecture, with TP
 degrees past a node's size, one GPU type or several (each pool on its own type), the same
-`blocking`, word for word, and no instances."""
+`blocking`, word for word, and no instances; and the instance both name as spanning nodes
+(found from the pools, `_first_wide`) is the first placed instance wider than its node."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hastune import archs
-from hastune.export.plan import plan
+from hastune.export.plan import _first_wide, plan
 from tests.generated import space
 
 TYPES = ["h100-80gb", "l40s-48gb"]
@@ -41,3 +42,8 @@ def test_unplaced_plan_blocks_as_the_placed_one(seed, arch, gpus, gpn, mixed, cl
     assert bare.instances == []
     assert (bare.topology, bare.pools, bare.sm_split) == (placed.topology, placed.pools,
                                                          placed.sm_split)
+    by_type = sizes if isinstance(sizes, dict) else None
+    one = next(iter(by_type.values())) if by_type else sizes
+    wide = next(((i.name, i.tp, i.pp) for i in placed.instances
+                 if i.tp * i.pp > (by_type or {}).get(i.gpu_type, one)), None)  # type: ignore
+    assert _first_wide(placed.pools, by_type, one) == wide  # type: ignore[arg-type]
