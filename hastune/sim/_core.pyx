@@ -220,18 +220,15 @@ cdef class Net:
         self.bytes_moved += nbytes
         sn = src // self.per_node
         dn = dst // self.per_node
-        if sn == dn and self.duplex:
-            # DuplexNetwork: max(t, out[src], inn[dst]), both ports busy
-            start = max3(t, self.gpu_free[src], self.gpu_in[dst])
-            dur = nbytes / self.intra_bw
-            self.gpu_free[src] = start + dur
-            self.gpu_in[dst] = start + dur
-            self.busy_s += dur
-            return start + dur + self.intra_lat
         if sn == dn:
-            start = t if t > self.gpu_free[src] else self.gpu_free[src]
+            if self.duplex:  # DuplexNetwork: max(t, out[src], inn[dst]), both ports busy
+                start = max3(t, self.gpu_free[src], self.gpu_in[dst])
+            else:
+                start = t if t > self.gpu_free[src] else self.gpu_free[src]
             dur = nbytes / self.intra_bw
             self.gpu_free[src] = start + dur
+            if self.duplex:
+                self.gpu_in[dst] = start + dur
             self.busy_s += dur
             return start + dur + self.intra_lat
         start = max3(t, self.nic_free[sn], self.nic_free[dn])
