@@ -145,22 +145,29 @@ def _case(row: dict, p: Path, line: int) -> Case:
     if float(pp) != 1:
         raise InputError(p, f"line {line}: pp_size", "pipeline parallel runs are not "
                          "modelled here", "drop the row")
-    tp = int(_num(row, "tp_size", p, line, True))
-    return Case(**fields, clients=int(_num(row, "batch_size", p, line, True)), tp=tp,
-                ep=_agg_experts(row, tp, p, line))
+    tp, ep = _agg_layout(row, int(_num(row, "tp_size", p, line, True)), p, line)
+    return Case(**fields, clients=int(_num(row, "batch_size", p, line, True)), tp=tp, ep=ep)
 
 
-def _agg_experts(row: dict, tp: int, p: Path, line: int) -> bool:
-    """An aggregated run's MoE layout as nodg runs it (`_experts_whole`); Unmodelled for
-    attention-DP and for a mixed MoE TP × EP (nodg's instance is one TP group)."""
+def _agg_layout(row: dict, tp: int, p: Path, line: int) -> tuple[int, bool]:
+    """An aggregated run's TP group and MoE layout as nodg runs it (`_experts_whole`);
+    Unmodelled for attention-DP and for a mixed MoE TP × EP (nodg's instance is one TP group).
+
+    A row whose tp_size is the square of equal MoE TP and EP (tp_size 64, MoE TP 8 × EP 8;
+    16, 4 × 4; 4, 2 × 2) is read as the deployment its name gives ("…_tp8_ep8_…"): TP 8 with
+    whole experts on each GPU (EP 8). The file's columns say MoE TP × EP = tp_size, but such a
+    run measures what the same model at TP 8 does, not 64 GPUs (docs/fidelity.md, "Reading the
+    rows"): the columns were filled from a (TP, EP) pair as if it were MoE TP × MoE EP."""
     cell = {k: (v or "").strip() for k, v in row.items() if isinstance(k, str)}
 
     def num(k: str) -> int:
         return int(_num(row, k, p, line, True)) if cell.get(k) else 1
 
-    mtp, mep = num("moe_tp_size"), num("moe_ep_size")
-    _no_attention_dp("agg", "", num("attention_dp_size"), tp, f", MoE TP {mtp} × EP {mep}")
-    return _experts_whole("agg", "", tp, mtp, mep)
+    mtp, mep, dp = num("moe_tp_size"), num("moe_ep_size"), num("attention_dp_size")
+    if dp == 1 and mtp == mep > 1 and tp == mtp * mep:
+        return mtp, True
+    _no_attention_dp("agg", "", dp, tp, f", MoE TP {mtp} × EP {mep}")
+    return tp, _experts_whole("agg", "", tp, mtp, mep)
 
 
 def _no_attention_dp(mode: str, at: str, dp: int, tp: int, more: str = "") -> None:

@@ -109,12 +109,15 @@ def _layout(tp, dp, mtp, mep):
 
 
 def test_agg_moe_layouts(tmp_path):
-    """MoE EP = TP runs with whole experts per GPU (nodg's expert_parallel); attention-DP and a
-    mixed MoE TP × EP come back unsupported, each with its layout in the reason."""
+    """MoE EP = TP runs with whole experts per GPU (nodg's expert_parallel); a tp_size that is
+    MoE TP × EP with the two equal (16 = 4 × 4) is the run at TP 4, EP 4 (`_agg_layout`);
+    attention-DP and a mixed MoE TP × EP come back unsupported, each with its layout in the
+    reason."""
     from hastune.fidelity.rows import read_rows
 
     rows = [_layout("8", "1", "1", "8"), _layout("8", "1", "8", "1"),
-            _layout("1", "8", "1", "8"), _layout("16", "1", "4", "4")]
+            _layout("1", "8", "1", "8"), _layout("16", "1", "4", "4"),
+            _layout("8", "", "2", "4")]
     path = tmp_path / "runs.csv"
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, list(ROWS[0]))
@@ -124,8 +127,47 @@ def test_agg_moe_layouts(tmp_path):
     assert got[0].case is not None and got[0].case.ep and got[0].case.tp == 8
     assert got[1].case is not None and not got[1].case.ep
     assert got[2].case is None and "agg: attention-DP not modelled" in str(got[2].reason)
-    assert got[3].case is None and "MoE TP 4 × EP 4 over TP 16" in str(got[3].reason)
+    assert got[3].case is not None and got[3].case.ep and got[3].case.tp == 4
+    assert got[4].case is None and "MoE TP 2 × EP 4 over TP 8" in str(got[4].reason)
     res = {r["id"]: r for r in shipped.score(path, only=lambda r: r.id == rows[0]["id"])["rows"]}
     r = res[rows[0]["id"]]
     assert r["status"] == "scored", r["reason"]
     assert math.isfinite(r["tpot_ms"]["simulated"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8, 16, 32, 64]), dp=st.sampled_from(["", "1", "2", "8"]),
+       mtp=st.sampled_from(["", "1", "2", "4", "8"]), mep=st.sampled_from(["", "1", "2", "4", "8"]))
+def test_an_agg_layout_reads_as_one_tp_group_or_is_unsupported(tmp_path_factory, tp, dp, mtp,
+                                                                mep):
+    """On generated (tp_size, attention-DP, MoE TP, MoE EP) columns of a MoE row: the case's
+    TP group is tp_size, with experts split (EP 1, MoE TP 1 or TP) or whole (EP = TP, MoE TP
+    1), or the square root of tp_size where MoE TP = EP > 1 and their product is tp_size;
+    any other layout is unsupported with it in the reason."""
+    from hastune.fidelity.rows import read_rows
+
+    base = _layout("8", "1", "1", "8")
+    row = {**base, "tp_size": str(tp), "attention_dp_size": dp, "moe_tp_size": mtp,
+           "moe_ep_size": mep}
+    path = tmp_path_factory.mktemp("layout") / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, list(ROWS[0]))
+        w.writeheader()
+        w.writerow(row)
+    (got,) = read_rows(path)
+    d, m, e = (int(x) if x else 1 for x in (dp, mtp, mep))
+    if d == 1 and m == e > 1 and tp == m * e:
+        want = (m, True)
+    elif d != 1:
+        want = None
+    elif e == 1 and m in (1, tp):
+        want = (tp, False)
+    elif m == 1 and e == tp and tp > 1:
+        want = (tp, True)
+    else:
+        want = None
+    if want is None:
+        assert got.case is None and "not modelled" in str(got.reason)
+    else:
+        assert got.case is not None, got.reason
+        assert (got.case.tp, got.case.ep) == want
