@@ -243,13 +243,15 @@ def applies(profile: Profile) -> bool:
 
 
 def apply(profile: Profile, t: EngineTerms) -> Profile:
-    """The profile with the engine's terms in every TP (and EP) variant's iteration
+    """The profile with the engine's terms in every TP (EP, attention-DP) variant's iteration
     latencies and memory; the encoder as it is."""
     base = _section(profile, t)
     variants = {d: _section(v, t) for d, v in profile.variants.items()}
     eps = {d: {e: _section(v, t) for e, v in m.items()}
            for d, m in profile.ep_variants.items()}
+    dps = {n: _section(v, t) for n, v in profile.dp_variants.items()}
     return base.model_copy(update={"variants": variants, "ep_variants": eps,
+                                   "dp_variants": dps,
                                    "kv_on_demand": t.scheduler.preempts,
                                    "batch_wait": (t.scheduler.wait_iters,
                                                   t.scheduler.wait_ratio)})

@@ -253,6 +253,10 @@ class Profile(_Strict):
     ep_variants: dict[int, dict[int, TPVariant]] = Field(
         default_factory=dict, description="MoE models: TP degree → expert-parallel degree "
         "(> 1) → sections with whole experts over ep GPUs (memory included)")
+    dp_variants: dict[int, TPVariant] = Field(
+        default_factory=dict, description="MoE models: attention-DP group size n → the sections "
+        "of one of its n ranks (attention and dense layers at TP 1 on the rank's own batch, "
+        "whole experts over the n GPUs: ep n; memory included)")
     min_pp: int = Field(default=1, ge=1, le=16, description="pipeline stages the weights need "
                         "to fit at these TP degrees (> 1: a model larger than one node)")
     fit: FitRecord | None = None
@@ -260,7 +264,8 @@ class Profile(_Strict):
                                "preempted when it runs out (vLLM, SGLang; engine_terms)")
     batch_wait: tuple[int, float] = (0, 0.0)  # TensorRT-LLM's (iters, ratio): Scheduler.wait_*
     path: str | None = Field(default=None, exclude=True)
-    _since: ClassVar[tuple[str, ...]] = ("ep_variants", "min_pp", "kv_on_demand", "batch_wait")
+    _since: ClassVar[tuple[str, ...]] = ("ep_variants", "min_pp", "kv_on_demand", "batch_wait",
+                                         "dp_variants")
 
     @model_validator(mode="after")
     def _fits(self) -> Profile:
@@ -292,6 +297,12 @@ class Profile(_Strict):
                 if v.memory.kv_capacity_tokens(pp=pp) <= 0:
                     raise ValueError(f"{where}: the LLM weights do not fit in GPU memory. "
                                      "Fix: drop that variant or correct its memory section")
+        for n, v in self.dp_variants.items():
+            if n < 2 or v.ep != n or v.memory is None or v.memory.kv_capacity_tokens() <= 0:
+                raise ValueError(
+                    f"dp_variants[{n}]: an attention-DP variant needs n ≥ 2 equal to its `ep` "
+                    "and its own memory section that leaves room for KV. Fix: regenerate the "
+                    "profile")
         return self
 
     def ep_degrees(self, tp: int) -> list[int]:
@@ -312,6 +323,20 @@ class Profile(_Strict):
                 "one of those, or regenerate the profile")
         return p.model_copy(update={"prefill": v.prefill, "decode": v.decode,
                                     "encode": v.encode or p.encode, "memory": v.memory})
+
+    def for_dp(self, n: int) -> Profile:
+        """One rank of an attention-DP group of n GPUs (`dp_variants`) as a profile at TP 1
+        without other variants; ValueError naming the group sizes there are if absent."""
+        v = self.dp_variants.get(n)
+        if v is None:
+            have = ", ".join(map(str, sorted(self.dp_variants))) or "none"
+            raise ValueError(f"profile {self.name} has no attention-DP variant of {n} ranks "
+                             f"(it has {have}). Fix: use one of those, or regenerate the "
+                             "profile")
+        return self.model_copy(update={
+            "tp": 1, "prefill": v.prefill, "decode": v.decode, "encode": v.encode or self.encode,
+            "memory": v.memory, "variants": {}, "ep_variants": {}, "dp_variants": {},
+            "min_pp": 1})
 
     def memory_at(self, tp: int) -> MemorySpec:
         """Per-GPU memory at TP degree `tp` (the variant's, or the base's scaled)."""

@@ -67,6 +67,21 @@ def ep_degrees(arch: ModelArch, dev: Device, tp: int, pp: int = 1) -> list[int]:
     return [tp] if LatencyModel(arch, dev, tp, tp).fits(pp) else []
 
 
+DP_GROUPS = (2, 4, 8)  # attention-DP group sizes profiled (one node's GPUs)
+
+
+def dp_degrees(arch: ModelArch, dev: Device) -> list[int]:
+    """Attention-DP group sizes n profiled: ranks at TP 1 whose experts split over n GPUs,
+    where they do, the tables time an all-to-all over n GPUs (or the all-reduce standing for
+    it, Device.alltoall) and a rank's GPU holds its weights (one stage)."""
+    if not arch.llm.moe:
+        return []
+    a2a = dev.kernels.extra("nccl_alltoall")
+    counts = {*dev.kernels.allreduce.gpu_counts, *(a2a.gpu_counts if a2a is not None else ())}
+    return [n for n in DP_GROUPS if arch.llm.supports_ep(n) and n in counts
+            and LatencyModel(arch, dev, 1, n).fits(1)]
+
+
 def _kernel_source(dev: Device) -> dict | None:
     """The kernel database's settings (what `hastune profile check` builds the source from);
     None for the calibration folder."""
@@ -181,6 +196,8 @@ def profile_dict(model: str | ModelArch, gpu: str | GPUSpec, root: Path | Kernel
                                          f"@tp{tp}ep{ep}", comp), "ep": ep}
                         for ep in ep_degrees(arch, dev, tp, pp)} for tp in degrees}
     ep_variants = {tp: v for tp, v in ep_variants.items() if v}
+    dp_variants = {n: {**_sections(LatencyModel(arch, dev, 1, n), errors, f"@dp{n}", comp),
+                       "ep": n} for n in dp_degrees(arch, dev)}
     c, b, i = dev.scale
     fit = {"calibration": dev.kernels.hw.system,
            "holdout_fraction": dev.kernels.holdout_fraction,
@@ -203,6 +220,8 @@ def profile_dict(model: str | ModelArch, gpu: str | GPUSpec, root: Path | Kernel
     }
     if ep_variants:
         data["ep_variants"] = ep_variants
+    if dp_variants:
+        data["dp_variants"] = dp_variants
     if pp > 1:
         data["min_pp"] = pp
     data["fit"] = data.pop("fit")          # the fit record stays last

@@ -18,7 +18,10 @@ batch touches (balanced routing: E·(1 − (1 − k/E)^tokens) of E local expert
 parallelism: ep = 1 splits every expert over the TP group (vLLM's default); ep = tp puts whole
 experts on each GPU (vLLM's --enable-expert-parallel) and adds a dispatch and a combine all-
 to-all per MoE layer of each GPU's 1/ep share of the tokens, as the MoE table counts them
-(num_tokens per rank). ep > tp (data-parallel attention) is not modelled.
+(num_tokens per rank). ep = tp × d (data-parallel attention: d ranks, each its own batch
+at TP tp, SGLang's --enable-dp-attention, TensorRT-LLM's enable_attention_dp) times one rank:
+its attention and dense layers on its own tokens, its GPUs' experts on the tokens of all d
+ranks (the same number each: balanced ranks), the all-to-all of that share.
 
 MLA (DeepSeek-V2/V3): where the source has the engines' MLA-block tables (mla_*_module, vLLM
 and TensorRT-LLM) and the model has DeepSeek-V3's MLA shape, the whole block (projections and
@@ -56,7 +59,8 @@ PRECISION = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8",   # dtype → byt
 class LatencyModel:
     """`prefill(batch, length)`, `decode_step(batch, context)`, `encode(batch, tokens,
     groups)` in seconds, numpy-broadcast; memory figures per GPU of the TP group. `ep`: 1
-    (experts TP-split) or tp (whole experts per GPU), MoE models only."""
+    (experts TP-split), tp (whole experts per GPU) or a multiple of tp (attention-DP ranks,
+    one of them timed), MoE models only."""
 
     def __init__(self, arch: ModelArch, device: Device, tp: int = 1, ep: int = 1,
                  pp: int = 1):
@@ -69,11 +73,14 @@ class LatencyModel:
         if ep != 1:
             if not a.moe:
                 raise ValueError(f"{arch.name} has no experts: ep must be 1")
-            if ep != tp or not a.supports_ep(ep):
+            if ep % tp or not a.supports_ep(ep) or (ep > tp and pp != 1):
                 raise ValueError(f"{arch.name}: ep = {ep} at tp = {tp}: use ep 1 (experts "
-                                 "TP-split) or ep = tp dividing the experts (data-parallel "
-                                 "attention, ep > tp, is not modelled)")
+                                 "TP-split), ep = tp, or ep = tp × the attention-DP ranks "
+                                 "(one stage), dividing the experts")
         self.arch, self.dev, self.tp, self.ep, self.pp = arch, device, tp, ep, pp
+        # attention-DP ranks whose experts spread over ep GPUs (ep > tp; this model times
+        # one rank: its `tokens`; each GPU's experts take every rank's share of theirs)
+        self.dp = ep // tp if ep > tp else 1
         plan_ep = ep if ep > 1 else 0
         self._plans = {ph: layer_plan(a, tp, plan_ep, ph) for ph in ("prefill", "decode")}
         self._moe_key = None
@@ -151,16 +158,18 @@ class LatencyModel:
             if g.rows == "sequences" or (g.kind == "expert" and self._moe_key) or (
                     self._module and g.name in MLA_GEMMS):
                 continue
-            add(g.layers, self._gemm(g, tokens, seqs))
+            add(g.layers, self._gemm(g, tokens * self.dp if g.kind == "expert" else tokens,
+                                     seqs))
+        moe_tokens = tokens * self.dp  # the tokens of the ranks the experts serve
         if self._moe_key:
             m = plan.moe
-            add(m.layers, d.moe(self._moe_key, tokens / m.moe_ep))
+            add(m.layers, d.moe(self._moe_key, moe_tokens / m.moe_ep))
         for c in plan.collectives:
             if c.kind == "all_reduce":
                 add(c.layers, c.calls * d.allreduce(c.gpus, tokens * c.bytes_per_token / BYTES))
             else:   # dispatch / combine of this GPU's share of the tokens
                 add(c.layers, c.calls * d.alltoall(
-                    c.gpus, tokens / c.gpus * c.bytes_per_token / BYTES))
+                    c.gpus, moe_tokens / c.gpus * c.bytes_per_token / BYTES))
         h, L = a.heads // tp, a.layers
         if a.mla:
             rope, lat = a.qk_rope_head_dim, a.kv_lora_rank + a.qk_rope_head_dim
@@ -182,7 +191,7 @@ class LatencyModel:
             if not self._moe_key:                          # activation, permute / unpermute
                 width = a.moe_ffn // m.moe_tp
                 ew += a.experts_per_token * ((3 if a.gated else 2) * width + 2 * a.hidden) \
-                    // m.moe_ep
+                    * self.dp // m.moe_ep
                 k += 3
             if a.shared_ffn:
                 ew, k = ew + (3 if a.gated else 2) * (a.shared_ffn // tp), k + 1

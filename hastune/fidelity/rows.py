@@ -67,14 +67,16 @@ class Case:
     line: int
     pools: Pools | None = None  # a disaggregated run's pools (tp: its decode workers' TP)
     ep: bool = False    # an aggregated MoE run's experts whole on each GPU (MoE EP = TP)
+    dp: int = 1         # an aggregated run's attention-DP ranks (TP `tp` each; experts over all)
     # silicon_data_source: where the run came from ("" in a file without the column); the
     # benchmark-client rules key on it (hastune.fidelity.harness)
     source: str = ""
 
     @property
     def gpus(self) -> int:
-        """The GPUs the run used: its TP group, or every worker of both pools."""
-        return self.tp if self.pools is None else self.pools.gpus
+        """The GPUs the run used: its TP group (× its attention-DP ranks), or every worker of
+        both pools."""
+        return self.tp * self.dp if self.pools is None else self.pools.gpus
 
     @property
     def group(self) -> tuple[str, str]:
@@ -145,29 +147,52 @@ def _case(row: dict, p: Path, line: int) -> Case:
     if float(pp) != 1:
         raise InputError(p, f"line {line}: pp_size", "pipeline parallel runs are not "
                          "modelled here", "drop the row")
-    tp, ep = _agg_layout(row, int(_num(row, "tp_size", p, line, True)), p, line)
-    return Case(**fields, clients=int(_num(row, "batch_size", p, line, True)), tp=tp, ep=ep)
+    tp, ep, dp = _agg_layout(row, int(_num(row, "tp_size", p, line, True)), p, line)
+    return Case(**fields, clients=_agg_clients(row, p, line), tp=tp, ep=ep, dp=dp)
 
 
-def _agg_layout(row: dict, tp: int, p: Path, line: int) -> tuple[int, bool]:
-    """An aggregated run's TP group and MoE layout as nodg runs it (`_experts_whole`);
-    Unmodelled for attention-DP and for a mixed MoE TP × EP (nodg's instance is one TP group).
+def _agg_clients(row: dict, p: Path, line: int) -> int:
+    """An aggregated run's closed-loop clients: the silicon_concurrency its
+    silicon_data_source states, else batch_size per attention-DP rank (the file's columns:
+    2,619 of the 2,632 agg rows without attention-DP have batch_size = that concurrency, 150 of
+    the 151 with it batch_size × attention_dp_size)."""
+    m = _CONCURRENCY.search((row.get("silicon_data_source") or "").strip())
+    if m is not None and int(m.group(1)) > 0:
+        return int(m.group(1))
+    dp = (row.get("attention_dp_size") or "").strip()
+    return int(_num(row, "batch_size", p, line, True)) * (
+        int(_num(row, "attention_dp_size", p, line, True)) if dp else 1)
 
-    A row whose tp_size is the square of equal MoE TP and EP (tp_size 64, MoE TP 8 × EP 8;
-    16, 4 × 4; 4, 2 × 2) is read as the deployment its name gives ("…_tp8_ep8_…"): TP 8 with
-    whole experts on each GPU (EP 8). The file's columns say MoE TP × EP = tp_size, but such a
-    run measures what the same model at TP 8 does, not 64 GPUs (docs/fidelity.md, "Reading the
-    rows"): the columns were filled from a (TP, EP) pair as if it were MoE TP × MoE EP."""
+
+def _agg_layout(row: dict, tp: int, p: Path, line: int) -> tuple[int, bool, int]:
+    """An aggregated run's (TP, experts whole per GPU, attention-DP ranks) as nodg runs it
+    (`_experts_whole`; attention-DP: that many replicas at TP 1, the experts over all their
+    GPUs); Unmodelled for a mixed MoE TP × EP and for attention-DP with TP or MoE TP inside.
+
+    Where the columns give one pair twice — MoE TP = EP > 1 (tp_size 64, MoE TP 8 × EP 8;
+    16, 4 × 4) or tp_size = attention-DP (4 × 4, MoE EP 16) — with the pair's product the run's
+    GPUs, the row is read as the deployment its name gives ("…_tp8_ep8_…", "…_tp4_ep4_…"): 8
+    (4) GPUs with whole experts on each, by attention-DP ranks where the row has them. Such a
+    run measures what the same model does on 8 GPUs, not 64 (docs/fidelity.md, "Reading the
+    rows"): the columns were filled from a (TP, EP) pair as if both were degrees of one group."""
     cell = {k: (v or "").strip() for k, v in row.items() if isinstance(k, str)}
 
     def num(k: str) -> int:
         return int(_num(row, k, p, line, True)) if cell.get(k) else 1
 
     mtp, mep, dp = num("moe_tp_size"), num("moe_ep_size"), num("attention_dp_size")
-    if dp == 1 and mtp == mep > 1 and tp == mtp * mep:
-        return mtp, True
-    _no_attention_dp("agg", "", dp, tp, f", MoE TP {mtp} × EP {mep}")
-    return tp, _experts_whole("agg", "", tp, mtp, mep)
+    gpus = tp * dp
+    pair = (mtp if mtp == mep > 1 and mtp * mep == gpus
+            else tp if dp == tp > 1 and mtp * mep == gpus else 0)
+    if pair:  # one (TP, EP) pair, twice
+        return (pair, True, 1) if dp == 1 else (1, True, pair)
+    if dp == 1:
+        return tp, _experts_whole("agg", "", tp, mtp, mep), 1
+    if tp != 1 or mtp != 1 or mep != gpus:
+        raise Unmodelled(f"agg: attention-DP not modelled (attention-DP {dp} × TP {tp}, MoE TP "
+                         f"{mtp} × EP {mep}; nodg runs attention-DP ranks at TP 1 with whole "
+                         "experts over all their GPUs)")
+    return 1, True, dp
 
 
 def _no_attention_dp(mode: str, at: str, dp: int, tp: int, more: str = "") -> None:

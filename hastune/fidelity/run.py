@@ -77,7 +77,7 @@ GPUS_PER_NODE = 8
 def cluster_for(case: Case) -> dict:
     """The cluster block of the case's recipe: its GPUs; a disaggregated run's links (LINKS)."""
     if case.pools is None:
-        return {"gpu": case.gpu, "gpus": case.tp, "gpus_per_node": GPUS_PER_NODE,
+        return {"gpu": case.gpu, "gpus": case.gpus, "gpus_per_node": GPUS_PER_NODE,
                 "intra_node": "nvlink-h100"}
     intra, inter = LINKS[case.gpu]
     return {"gpu": case.gpu, "gpus": case.gpus, "gpus_per_node": GPUS_PER_NODE,
@@ -179,8 +179,9 @@ def recipe_clients(terms: et.EngineTerms | None) -> str:
 
 def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Recipe,
              seed: int = 0, steady: bool = False, clients: str | None = None) -> Simulated:
-    """One closed-loop run of the case's deployment (nodg, one replica of tp GPUs, the
-    engine's scheduler defaults; a disaggregated case: `fudg_config`) with `terms` on `base`
+    """One closed-loop run of the case's deployment (nodg, one replica of tp GPUs, or one
+    per attention-DP rank; the engine's scheduler defaults; a disaggregated case:
+    `fudg_config`) with `terms` on `base`
     (None: kernels only), its clients as `clients` (CLIENT_MODELS; None: as the case was
     measured, `client_model`). `steady`: the mean from where the steady state begins, as a
     recipe's closed loop (hastune.sim.warmup)."""
@@ -191,7 +192,15 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
         terms = replace(terms, scheduler=harness(case).scheduler(terms.scheduler))
     prof = et.apply(base, terms) if terms is not None else base
     cluster: Cluster = recipe.cluster
-    if case.pools is None:
+    if case.pools is None and case.dp > 1:  # attention-DP: a replica per rank at TP 1, each
+        # timed as one rank of the group (Profile.for_dp: its experts over all dp GPUs); the
+        # ranks do not wait for each other at the MoE layers (docs/fidelity.md)
+        rank = prof.for_dp(case.dp)
+        cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=case.dp, tp=1, pp=1),
+                                 terms)
+        pre = dec = rank
+        sim = NoDGSimulator(rank, cluster, cfg, warmup=0.0)
+    elif case.pools is None:
         cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=1, tp=case.tp, pp=1,
                                             expert_parallel=case.ep), terms)
         pre = dec = prof.for_parallel(case.tp, cfg.ep)

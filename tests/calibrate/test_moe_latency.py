@@ -78,9 +78,35 @@ def test_expert_parallelism_moves_the_experts_and_adds_the_all_to_all():
         assert float(a2a) > 0 and "all_to_all" in epm.composition()
         assert float(epm.prefill(1, 8192)) < float(tpm.prefill(1, 8192))
     with pytest.raises(ValueError, match="ep"):
-        LatencyModel(arch, dev, 2, ep=4)        # data-parallel attention: not modelled
+        LatencyModel(arch, dev, 2, ep=3)        # not a multiple of tp
+    with pytest.raises(ValueError, match="ep"):
+        LatencyModel(arch, dev, 1, ep=3)        # does not divide the 8 experts
     with pytest.raises(ValueError, match="no experts"):
         LatencyModel(model("llama-3.1-8b"), dev, 2, ep=2)
+
+
+def test_attention_dp_times_one_rank_with_the_experts_over_the_group():
+    """ep = n at tp 1: n attention-DP ranks, one timed. Its attention and dense layers are a
+    TP-1 instance's; each GPU holds 1/n of the experts whole and runs them on every rank's
+    share of its tokens — n ranks × b tokens × k / E per expert, i.e. the MoE table at
+    (moe_tp 1, moe_ep n) for b tokens per rank — plus the dispatch and combine all-to-all of
+    b tokens. So against TP 1 (experts all local) the step moves by exactly that, the weight
+    bytes drop by the (n − 1)/n of the experts left on other GPUs, the KV bytes stay."""
+    arch, dev = model("mixtral-8x7b"), aic_device("h100-80gb")
+    a = arch.llm
+    one = LatencyModel(arch, dev, 1)
+    experts = a.moe_layers * a.expert_params() * 2.0
+    for n in (2, 4, 8):
+        dp = LatencyModel(arch, dev, 1, ep=n)
+        assert dp.dp == n and dp.kv_bytes_per_token == one.kv_bytes_per_token
+        assert dp.weight_bytes == pytest.approx(one.weight_bytes - experts * (n - 1) / n)
+        for b in (1.0, 16.0, 256.0):
+            key_dp = (a.hidden, a.moe_ffn, a.experts_per_token, a.experts, 1, n)
+            key_1 = (a.hidden, a.moe_ffn, a.experts_per_token, a.experts, 1, 1)
+            a2a = 2 * dev.alltoall(n, b * a.hidden * a.experts_per_token)
+            moved = a.moe_layers * (dev.moe(key_dp, b) - dev.moe(key_1, b) + a2a)
+            got = float(dp.decode_step(b, 2048) - one.decode_step(b, 2048))
+            assert got == pytest.approx(float(moved), rel=1e-9, abs=1e-9), (n, b)
 
 
 def test_mixtral_profile_has_expert_parallel_variants():
@@ -95,6 +121,14 @@ def test_mixtral_profile_has_expert_parallel_variants():
     assert "grouped" not in data["fit"]["composition"]["moe"]
     with pytest.raises(ValueError, match="no expert-parallel variant"):
         prof.for_parallel(2, 4)
+    assert sorted(prof.dp_variants) == [2, 4, 8]  # attention-DP ranks at TP 1, experts over n
+    for n in (2, 4, 8):
+        rank = prof.for_dp(n)
+        assert rank.tp == 1 and rank.tp_degrees == [1] and rank.ep_variants == {}
+        assert rank.memory.weight_bytes < prof.memory.weight_bytes * prof.tp  # 1/n of experts
+    assert prof.for_dp(8).memory.weight_bytes < prof.for_dp(2).memory.weight_bytes
+    with pytest.raises(ValueError, match="no attention-DP variant of 16 ranks"):
+        prof.for_dp(16)
 
 
 # --- DeepSeek-V3: MLA and fp8 ---------------------------------------------------------------
@@ -147,7 +181,8 @@ def lm_at(name: str, tp: int, ep: int, precision: str) -> LatencyModel:
 def parallel_degrees(name: str) -> list[tuple[int, int]]:
     a = model(name).llm
     tps = [8] if name == "deepseek-v3" else [t for t in (1, 2, 4, 8) if a.supports_tp(t)]
-    return [(t, e) for t in tps for e in sorted({1, t}) if e == 1 or a.supports_ep(e)]
+    dp = [(1, n) for n in (2, 4, 8) if a.moe and a.supports_ep(n) and name != "deepseek-v3"]
+    return [(t, e) for t in tps for e in sorted({1, t}) if e == 1 or a.supports_ep(e)] + dp
 
 
 NOISE = 0.05   # measured neighbours scatter up to ~5% (DeepSeek's MLA-block rows, launch-bound)
@@ -186,3 +221,25 @@ def test_fp8_kv_bytes_are_half_of_bf16(name, pick):
     bf, f8 = lm_at(name, tp, ep, "bf16"), lm_at(name, tp, ep, "fp8")
     assert f8.kv_bytes_per_token == bf.kv_bytes_per_token / 2
     assert bf.weight_bytes / 2 < f8.weight_bytes < bf.weight_bytes
+
+
+def test_attention_dp_variants_take_the_engine_terms_and_are_validated():
+    """The engine terms reach an attention-DP rank as every other variant (engine_terms.apply);
+    a dp_variants entry whose `ep` is not its group size, or without memory, is refused."""
+    from hastune import engine_terms as et
+
+    data = build_profile(model("mixtral-8x7b"), "h100-80gb")
+    prof = Profile.model_validate(data)
+    t = et.terms_for("sglang", "h200-141gb", 80.0)
+    on = et.apply(prof, t)
+    for n in prof.dp_variants:
+        base, got = prof.for_dp(n).decode, on.for_dp(n).decode
+        assert got.fixed_s == pytest.approx(base.fixed_s * t.kernel_scale + t.iteration_s)
+        assert got.max_batch == t.scheduler.max_seqs
+    bad = {**data, "dp_variants": {2: {**data["dp_variants"][2], "ep": 4}}}
+    with pytest.raises(ValueError, match="dp_variants"):
+        Profile.model_validate(bad)
+    bad = {**data, "dp_variants": {2: {k: v for k, v in data["dp_variants"][2].items()
+                                       if k != "memory"}}}
+    with pytest.raises(ValueError, match="dp_variants"):
+        Profile.model_validate(bad)

@@ -111,13 +111,13 @@ def _layout(tp, dp, mtp, mep):
 def test_agg_moe_layouts(tmp_path):
     """MoE EP = TP runs with whole experts per GPU (nodg's expert_parallel); a tp_size that is
     MoE TP × EP with the two equal (16 = 4 × 4) is the run at TP 4, EP 4 (`_agg_layout`);
-    attention-DP and a mixed MoE TP × EP come back unsupported, each with its layout in the
-    reason."""
+    attention-DP 8 at TP 1 with EP 8 is 8 ranks; attention-DP beside MoE TP and a mixed MoE
+    TP × EP come back unsupported, each with its layout in the reason."""
     from hastune.fidelity.rows import read_rows
 
     rows = [_layout("8", "1", "1", "8"), _layout("8", "1", "8", "1"),
             _layout("1", "8", "1", "8"), _layout("16", "1", "4", "4"),
-            _layout("8", "", "2", "4")]
+            _layout("8", "", "2", "4"), _layout("1", "4", "4", "1")]
     path = tmp_path / "runs.csv"
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, list(ROWS[0]))
@@ -126,48 +126,80 @@ def test_agg_moe_layouts(tmp_path):
     got = read_rows(path)
     assert got[0].case is not None and got[0].case.ep and got[0].case.tp == 8
     assert got[1].case is not None and not got[1].case.ep
-    assert got[2].case is None and "agg: attention-DP not modelled" in str(got[2].reason)
+    assert got[2].case is not None and (got[2].case.tp, got[2].case.dp) == (1, 8)
+    assert got[5].case is None and "agg: attention-DP not modelled" in str(got[5].reason)
     assert got[3].case is not None and got[3].case.ep and got[3].case.tp == 4
     assert got[4].case is None and "MoE TP 2 × EP 4 over TP 8" in str(got[4].reason)
-    res = {r["id"]: r for r in shipped.score(path, only=lambda r: r.id == rows[0]["id"])["rows"]}
-    r = res[rows[0]["id"]]
-    assert r["status"] == "scored", r["reason"]
-    assert math.isfinite(r["tpot_ms"]["simulated"])
+    ids = (rows[0]["id"], rows[2]["id"])  # whole experts at TP 8; 8 attention-DP ranks
+    res = {r["id"]: r for r in shipped.score(path, only=lambda r: r.id in ids)["rows"]}
+    for i in ids:
+        r = res[i]
+        assert r["status"] == "scored", r["reason"]
+        assert math.isfinite(r["tpot_ms"]["simulated"]) and math.isfinite(r["ttft_ms"]["simulated"])
 
 
-@settings(max_examples=200, deadline=None)
-@given(tp=st.sampled_from([1, 2, 4, 8, 16, 32, 64]), dp=st.sampled_from(["", "1", "2", "8"]),
-       mtp=st.sampled_from(["", "1", "2", "4", "8"]), mep=st.sampled_from(["", "1", "2", "4", "8"]))
-def test_an_agg_layout_reads_as_one_tp_group_or_is_unsupported(tmp_path_factory, tp, dp, mtp,
-                                                                mep):
-    """On generated (tp_size, attention-DP, MoE TP, MoE EP) columns of a MoE row: the case's
-    TP group is tp_size, with experts split (EP 1, MoE TP 1 or TP) or whole (EP = TP, MoE TP
-    1), or the square root of tp_size where MoE TP = EP > 1 and their product is tp_size;
-    any other layout is unsupported with it in the reason."""
+def _read_one(tmp_path_factory, row: dict):
     from hastune.fidelity.rows import read_rows
 
-    base = _layout("8", "1", "1", "8")
-    row = {**base, "tp_size": str(tp), "attention_dp_size": dp, "moe_tp_size": mtp,
-           "moe_ep_size": mep}
-    path = tmp_path_factory.mktemp("layout") / "runs.csv"
+    path = tmp_path_factory.mktemp("row") / "runs.csv"
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, list(ROWS[0]))
         w.writeheader()
         w.writerow(row)
     (got,) = read_rows(path)
+    return got
+
+
+@settings(max_examples=300, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4, 8, 16, 32, 64]),
+       dp=st.sampled_from(["", "1", "2", "4", "8", "16", "64"]),
+       mtp=st.sampled_from(["", "1", "2", "4", "8"]),
+       mep=st.sampled_from(["", "1", "2", "4", "8", "16", "64"]))
+def test_an_agg_layout_reads_as_one_tp_group_or_is_unsupported(tmp_path_factory, tp, dp, mtp,
+                                                                mep):
+    """On generated (tp_size, attention-DP, MoE TP, MoE EP) columns of a MoE row, the case is
+    (`rows._agg_layout`): one TP group of tp_size GPUs with experts split (EP 1, MoE TP 1 or
+    TP) or whole (EP = TP, MoE TP 1); attention-DP ranks at TP 1 with whole experts over all
+    of them (EP = their GPUs); or, where the columns give one pair twice (MoE TP = EP, or
+    tp_size = attention-DP, the pair's product the columns' GPUs), that pair's one group. Any
+    other layout is unsupported with it in the reason; a case never uses more GPUs than the
+    columns give."""
+    base = _layout("8", "1", "1", "8")
+    got = _read_one(tmp_path_factory, {**base, "tp_size": str(tp), "attention_dp_size": dp,
+                                       "moe_tp_size": mtp, "moe_ep_size": mep})
     d, m, e = (int(x) if x else 1 for x in (dp, mtp, mep))
-    if d == 1 and m == e > 1 and tp == m * e:
-        want = (m, True)
-    elif d != 1:
-        want = None
+    gpus = tp * d
+    pair = m if m == e > 1 and m * e == gpus else tp if d == tp > 1 and m * e == gpus else 0
+    if pair:
+        want = (pair, True, 1) if d == 1 else (1, True, pair)
+    elif d > 1:
+        want = (1, True, d) if tp == 1 and m == 1 and e == gpus else None
     elif e == 1 and m in (1, tp):
-        want = (tp, False)
+        want = (tp, False, 1)
     elif m == 1 and e == tp and tp > 1:
-        want = (tp, True)
+        want = (tp, True, 1)
     else:
         want = None
     if want is None:
         assert got.case is None and "not modelled" in str(got.reason)
     else:
         assert got.case is not None, got.reason
-        assert (got.case.tp, got.case.ep) == want
+        assert (got.case.tp, got.case.ep, got.case.dp) == want
+        assert got.case.gpus <= gpus
+
+
+@settings(max_examples=100, deadline=None)
+@given(batch=st.integers(1, 512), dp=st.sampled_from(["", "1", "2", "8"]),
+       conc=st.one_of(st.none(), st.integers(1, 4096)))
+def test_agg_clients_are_the_stated_concurrency_else_batch_per_rank(tmp_path_factory, batch,
+                                                                     dp, conc):
+    """A run's clients: the silicon_concurrency its silicon_data_source states, else
+    batch_size per attention-DP rank."""
+    base = _layout("1", "8", "1", "8") if dp not in ("", "1") else _layout("8", "1", "1", "8")
+    src = "source_file=x.csv; model=m" + (f"; silicon_concurrency={conc}" if conc else "")
+    row = {**base, "batch_size": str(batch), "attention_dp_size": dp,
+           "moe_ep_size": dp if dp not in ("", "1") else "8",
+           "tp_size": "1" if dp not in ("", "1") else "8", "silicon_data_source": src}
+    got = _read_one(tmp_path_factory, row)
+    assert got.case is not None, got.reason
+    assert got.case.clients == (conc if conc else batch * int(dp or 1))
