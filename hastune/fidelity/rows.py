@@ -34,7 +34,8 @@ QUANT = {"": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": 
 class Pools:
     """A disaggregated run's two pools as fudg runs them: `*_workers` instances of `*_tp` GPUs
     each, a pool's MoE experts split over its TP group (`*_ep` False: the row's MoE TP = TP,
-    EP 1) or whole on each GPU of it (True: EP = TP, MoE TP 1)."""
+    EP 1) or whole on each GPU of it (True: EP = TP, MoE TP 1); or, `*_dp` > 1, each worker
+    that many attention-DP ranks at TP 1 with the experts whole over all of them (EP = DP)."""
 
     prefill_workers: int
     prefill_tp: int
@@ -42,10 +43,13 @@ class Pools:
     decode_workers: int
     decode_tp: int
     decode_ep: bool
+    prefill_dp: int = 1
+    decode_dp: int = 1
 
     @property
     def gpus(self) -> int:
-        return self.prefill_workers * self.prefill_tp + self.decode_workers * self.decode_tp
+        return (self.prefill_workers * self.prefill_tp * self.prefill_dp
+                + self.decode_workers * self.decode_tp * self.decode_dp)
 
 
 @dataclass(frozen=True)
@@ -195,12 +199,18 @@ def _agg_layout(row: dict, tp: int, p: Path, line: int) -> tuple[int, bool, int]
     return 1, True, dp
 
 
-def _no_attention_dp(mode: str, at: str, dp: int, tp: int, more: str = "") -> None:
-    """Unmodelled where a group (`at`: "" or "prefill " / "decode ") runs attention-DP; `more`
-    is added to the layout the reason gives."""
-    if dp != 1:
-        raise Unmodelled(f"{mode}: attention-DP not modelled ({at}attention-DP {dp} × TP {tp}"
-                         f"{more})")
+def _ranks(s: str, v: dict[str, int]) -> int:
+    """A disaggregated pool's attention-DP ranks per worker (1: none): ranks at TP 1 with the
+    experts whole over all of them (MoE TP 1, EP = the ranks); Unmodelled for any other
+    attention-DP layout."""
+    n = v["attention_dp_size"]
+    if n == 1:
+        return 1
+    if v["tp_size"] == 1 and v["moe_tp_size"] == 1 and v["moe_ep_size"] == n:
+        return n
+    raise Unmodelled(f"disagg: attention-DP not modelled ({s} attention-DP {n} × TP "
+                     f"{v['tp_size']}, MoE TP {v['moe_tp_size']} × EP {v['moe_ep_size']}; fudg "
+                     "runs attention-DP ranks at TP 1 with whole experts over all of them)")
 
 
 def _experts_whole(mode: str, at: str, tp: int, mtp: int, mep: int) -> bool:
@@ -269,10 +279,9 @@ def _disagg_case(row: dict, p: Path, line: int) -> Case:
     for s, v in side.items():
         if v["pp_size"] != 1:
             raise Unmodelled(f"disagg: pipeline parallel not modelled ({s} PP {v['pp_size']})")
-    for s, v in side.items():
-        _no_attention_dp("disagg", f"{s} ", v["attention_dp_size"], v["tp_size"])
-    ep = {s: _experts_whole("disagg", f"{s} ", v["tp_size"], v["moe_tp_size"],
-                            v["moe_ep_size"]) for s, v in side.items()}
+    dp = {s: _ranks(s, v) for s, v in side.items()}
+    ep = {s: dp[s] == 1 and _experts_whole("disagg", f"{s} ", v["tp_size"], v["moe_tp_size"],
+                                           v["moe_ep_size"]) for s, v in side.items()}
     d = side["decode"]
     if cell.get("decode_batch_size"):  # clients per decode worker and attention-DP rank
         clients = d["num_workers"] * d["attention_dp_size"] * int(
@@ -285,7 +294,7 @@ def _disagg_case(row: dict, p: Path, line: int) -> Case:
                              "give the clients per decode worker")
         clients = int(m.group(1))
     pools = Pools(side["prefill"]["num_workers"], side["prefill"]["tp_size"], ep["prefill"],
-                  d["num_workers"], d["tp_size"], ep["decode"])
+                  d["num_workers"], d["tp_size"], ep["decode"], dp["prefill"], dp["decode"])
     return Case(**fields, clients=clients, tp=pools.decode_tp, pools=pools)
 
 

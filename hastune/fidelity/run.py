@@ -87,13 +87,14 @@ def cluster_for(case: Case) -> dict:
 def fudg_config(case: Case) -> FuDGConfig:
     """A disaggregated case's deployment: its prefill workers × TP, its decode workers × TP,
     experts whole on each GPU where the row's EP = TP; the prefill pool placed first, then the
-    decode pool (as deployments place them: hastune.archs.fudg)."""
+    decode pool (as deployments place them: hastune.archs.fudg); a pool of attention-DP
+    workers as an instance per rank (at TP 1; `simulate` times them as ranks)."""
     p = case.pools
     if p is None:
         raise ValueError(f"{case.id} is an aggregated run")
-    return FuDGConfig(architecture="fudg", prefill_instances=p.prefill_workers,
+    return FuDGConfig(architecture="fudg", prefill_instances=p.prefill_workers * p.prefill_dp,
                       prefill_tp=p.prefill_tp, prefill_expert_parallel=p.prefill_ep,
-                      decode_instances=p.decode_workers, decode_tp=p.decode_tp,
+                      decode_instances=p.decode_workers * p.decode_dp, decode_tp=p.decode_tp,
                       decode_expert_parallel=p.decode_ep, placement="grouped")
 
 
@@ -177,6 +178,14 @@ def recipe_clients(terms: et.EngineTerms | None) -> str:
     return "together-after-two" if et.jittered(et.frontend_of(terms)) else "spread"
 
 
+def rank_of(prof: Profile, n: int) -> Profile:
+    """One of n attention-DP ranks: a MoE model's `Profile.for_dp(n)` (ValueError where the
+    profile has none); a dense model's (no MoE in how its profile was composed) are replicas
+    at TP 1."""
+    moe = prof.fit is not None and "moe" in (prof.fit.composition or {})
+    return prof.for_dp(n) if moe or prof.dp_variants else prof.for_tp(1)
+
+
 def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Recipe,
              seed: int = 0, steady: bool = False, clients: str | None = None) -> Simulated:
     """One closed-loop run of the case's deployment (nodg, one replica of tp GPUs, or one
@@ -195,7 +204,7 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
     if case.pools is None and case.dp > 1:  # attention-DP: a replica per rank at TP 1, each
         # timed as one rank of the group (Profile.for_dp: its experts over all dp GPUs); the
         # ranks do not wait for each other at the MoE layers (docs/fidelity.md)
-        rank = prof.for_dp(case.dp)
+        rank = rank_of(prof, case.dp)
         cfg = et.config_defaults(NoDGConfig(architecture="nodg", replicas=case.dp, tp=1, pp=1),
                                  terms)
         pre = dec = rank
@@ -206,10 +215,12 @@ def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Re
         pre = dec = prof.for_parallel(case.tp, cfg.ep)
         sim = NoDGSimulator(prof, cluster, cfg, warmup=0.0)
     else:
-        fcfg = fudg_config(case)
-        pre = prof.for_parallel(fcfg.prefill_tp, fcfg.prefill_ep)
-        dec = prof.for_parallel(fcfg.decode_tp, fcfg.decode_ep)
-        sim = FuDGSimulator(prof, cluster, fcfg, warmup=0.0)
+        fcfg, p = fudg_config(case), case.pools
+        ranks = {k: rank_of(prof, n) for k, n in (("prefill", p.prefill_dp),
+                                                  ("decode", p.decode_dp)) if n > 1}
+        pre = ranks.get("prefill") or prof.for_parallel(fcfg.prefill_tp, fcfg.prefill_ep)
+        dec = ranks.get("decode") or prof.for_parallel(fcfg.decode_tp, fcfg.decode_ep)
+        sim = FuDGSimulator(prof, cluster, fcfg, warmup=0.0, pools=ranks or None)
     # clients start spread over a request's zero-load lifetime
     ramp = (pre.prefill.latency(case.isl, case.isl ** 2)
             + (case.osl - 1) * dec.decode.step(1, case.isl + case.osl / 2))

@@ -139,6 +139,8 @@ def cause(reason: str) -> str:
         return reason.split(" (")[0]
     if "tensor-parallel variant" in reason:
         return "profile: no such tensor-parallel degree"
+    if "attention-DP variant" in reason:  # a group larger than the tables' collectives
+        return "profile: no such attention-DP group"
     if reason.startswith("simulated: requests rejected"):
         return "simulated: requests rejected (no KV room beside the weights)"
     reason = re.sub(r"^line \d+: ", "", reason)

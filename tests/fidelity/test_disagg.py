@@ -53,8 +53,11 @@ def sides(draw, side: str, adp_max: int = 8, mixed: bool = True, whole: bool = T
     adp = draw(st.sampled_from([1, 1, 1, 2, 8][: 5 if adp_max > 1 else 3]))
     kinds = ["split"] + (["whole"] if tp > 1 and whole else []) + (["mixed"] if tp >= 4 and mixed
                                                             else [])
+    if adp > 1 and draw(st.booleans()):  # ranks at TP 1, experts whole over them (modelled)
+        tp, kinds = 1, ["ranks"]
     kind = draw(st.sampled_from(kinds))
-    mtp, mep = {"split": (tp, 1), "whole": (1, tp), "mixed": (2, tp // 2)}[kind]
+    mtp, mep = {"split": (tp, 1), "whole": (1, tp), "mixed": (2, tp // 2),
+                "ranks": (1, adp)}[kind]
     return {f"{side}_num_workers": str(draw(st.integers(1, 6))),
             f"{side}_tp_size": str(tp), f"{side}_pp_size": "1",
             f"{side}_attention_dp_size": str(adp), f"{side}_moe_tp_size": str(mtp),
@@ -75,12 +78,17 @@ def _want(row: dict) -> str | None:
     """What a generated row's reason must name (None: fudg models it)."""
     if not row["prefill_num_workers"]:
         return "disagg: no worker counts"
-    if any(row[f"{s}_attention_dp_size"] != "1" for s in ("prefill", "decode")):
-        return "disagg: attention-DP not modelled"
+    ranks = {}
+    for s in ("prefill", "decode"):
+        tp, adp, mtp, mep = (int(row[f"{s}_{k}"]) for k in (
+            "tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"))
+        if adp != 1 and not (tp == 1 and mtp == 1 and mep == adp):
+            return "disagg: attention-DP not modelled"
+        ranks[s] = adp
     for s in ("prefill", "decode"):
         tp, mtp, mep = (int(row[f"{s}_{k}"]) for k in ("tp_size", "moe_tp_size",
                                                        "moe_ep_size"))
-        if not (mep == 1 and mtp == tp) and not (mtp == 1 and mep == tp):
+        if ranks[s] == 1 and not (mep == 1 and mtp == tp) and not (mtp == 1 and mep == tp):
             return "disagg: MoE TP × EP not modelled"
     return None
 
@@ -106,18 +114,19 @@ def test_a_disagg_row_maps_to_its_pools(tmp_path, data):
         c, p = g.case, g.case.pools
         pw, pt = int(r["prefill_num_workers"]), int(r["prefill_tp_size"])
         dw, dt = int(r["decode_num_workers"]), int(r["decode_tp_size"])
-        assert (p.prefill_workers, p.prefill_tp, p.decode_workers, p.decode_tp) == (pw, pt,
-                                                                                   dw, dt)
-        cfg = fudg_config(c)
+        pr, dr = int(r["prefill_attention_dp_size"]), int(r["decode_attention_dp_size"])
+        assert (p.prefill_workers, p.prefill_tp, p.decode_workers, p.decode_tp,
+                p.prefill_dp, p.decode_dp) == (pw, pt, dw, dt, pr, dr)
+        cfg = fudg_config(c)  # an instance per attention-DP rank
         assert (cfg.prefill_instances, cfg.prefill_tp, cfg.decode_instances,
-                cfg.decode_tp) == (pw, pt, dw, dt)
+                cfg.decode_tp) == (pw * pr, pt, dw * dr, dt)
         assert cfg.prefill_pp == cfg.decode_pp == 1
-        for s, on in (("prefill", cfg.prefill_expert_parallel),
-                      ("decode", cfg.decode_expert_parallel)):
-            assert on == (int(r[f"{s}_moe_ep_size"]) > 1)
-        assert cfg.gpus == c.gpus == pw * pt + dw * dt
+        for s, on, n in (("prefill", cfg.prefill_expert_parallel, pr),
+                         ("decode", cfg.decode_expert_parallel, dr)):
+            assert on == (n == 1 and int(r[f"{s}_moe_ep_size"]) > 1)
+        assert cfg.gpus == c.gpus == pw * pt * pr + dw * dt * dr
         assert (c.isl, c.osl) == (int(r["isl"]), int(r["osl"]))
-        assert c.clients == dw * int(r["decode_batch_size"])  # attention-DP 1 here
+        assert c.clients == dw * dr * int(r["decode_batch_size"])
         rec = recipe_for(c, {}, tmp_path / "runs.csv")
         assert rec.architecture == "fudg" and rec.cluster.gpus == cfg.gpus
         intra, inter = LINKS[c.gpu]

@@ -40,7 +40,8 @@ SPOIL = {
     # NVFP4 on the file's Hopper GPUs: no FP4 tensor cores, no kernel rows
     "nvfp4": ({"gemm_quant_mode": "nvfp4"}, "NVFP4 needs FP4 tensor cores (Blackwell"),
     "pp": ({"pp_size": "2"}, "pipeline parallel"),
-    "adp": ({"attention_dp_size": "8", "moe_tp_size": "1", "moe_ep_size": "8"},
+    # attention-DP beside MoE TP (ranks with whole experts over them are modelled)
+    "adp": ({"attention_dp_size": "8", "moe_tp_size": "8", "moe_ep_size": "1"},
             "agg: attention-DP not modelled"),
     "moemix": ({"moe_tp_size": "2", "moe_ep_size": "4"}, "agg: MoE TP × EP not modelled"),
     "model": ({"model_path": "nobody/No-Such-Model-7B"}, "no model config"),

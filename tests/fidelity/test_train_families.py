@@ -203,3 +203,34 @@ def test_agg_clients_are_the_stated_concurrency_else_batch_per_rank(tmp_path_fac
     got = _read_one(tmp_path_factory, row)
     assert got.case is not None, got.reason
     assert got.case.clients == (conc if conc else batch * int(dp or 1))
+
+
+def test_a_disagg_row_with_attention_dp_ranks_is_scored(tmp_path):
+    """A measured disagg run whose prefill workers are attention-DP ranks (TP 1, EP = DP) runs
+    as fudg with an instance per rank, timed as a rank (Profile.for_dp), and is scored."""
+    row = next(r for r in ROWS if r["mode"] == "disagg" and r["prefill_num_workers"]
+               and r["system"] == "b200_sxm" and r["prefill_attention_dp_size"] not in ("", "1")
+               and r["prefill_tp_size"] == "1"
+               and r["prefill_moe_ep_size"] == r["prefill_attention_dp_size"]
+               and r["decode_attention_dp_size"] in ("", "1"))
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, list(ROWS[0]))
+        w.writeheader()
+        w.writerow(row)
+    (r,) = shipped.score(path)["rows"]
+    assert r["status"] == "scored", r["reason"]
+    for k in ("ttft_ms", "tpot_ms"):
+        assert math.isfinite(r[k]["simulated"]) and r[k]["simulated"] > 0
+
+
+@given(name=st.text(alphabet="abcdefgh-_@+.0123456789", min_size=1, max_size=40),
+       n=st.sampled_from([16, 32, 64]))
+def test_a_missing_attention_dp_group_counts_as_one_cause(name, n):
+    """However the profile is named and whatever group it lacks, `unsupported_by` counts the
+    row under one cause (not one per profile)."""
+    from hastune.fidelity.shipped import cause
+
+    reason = (f"profile {name} has no attention-DP variant of {n} ranks (it has 2, 4). Fix: "
+              "use one of those, or regenerate the profile")
+    assert cause(reason) == "profile: no such attention-DP group"
