@@ -989,6 +989,8 @@ cdef class Loop:
     cdef Heap heap
     cdef Net net
     cdef Py_ssize_t n
+    cdef double* arr                # the pre-computed arrivals, during loop_run
+    cdef Py_ssize_t n_open
     cdef double* pre_tok
     cdef long long* out_tok
     cdef object tf_arr, tl_arr      # the run's t_first, t_last (float64 arrays) ...
@@ -1008,7 +1010,8 @@ cdef class Loop:
         if run.heap:
             raise ValueError("the compiled core starts from an empty heap")
         self.net = Net()
-        self.net.setup(run.net)
+        if getattr(run, "net", None) is not None:  # (nodg's replicas send nothing)
+            self.net.setup(run.net)
         n = self.n = len(run.out_tok)
         self.pre_tok = doubles(run.pre_tok, n)
         self.out_tok = longs(run.out_tok, n)
@@ -1035,6 +1038,7 @@ cdef class Loop:
         cdef Heap heap = self.heap
         cdef Ev ev
         cdef double* arr = doubles(loop.arr, n_open)
+        self.arr, self.n_open = arr, n_open  # (what a handler may read of the arrivals)
         try:
             check = loop.first_check()
             while True:
@@ -1068,6 +1072,7 @@ cdef class Loop:
                     break
         finally:
             free(arr)
+            self.arr = NULL
         self.write_back(t, popped, i)
         return 0
 
@@ -1709,6 +1714,554 @@ def run_fudg(object fudg_run):
     compiled code."""
     cdef FuDGCore core = FuDGCore()
     core.setup(fudg_run)
+    core.loop_run()
+
+
+# ---------------------------------------------------------------------------------------
+# nodg runs with KV on demand (hastune.sim.nodg.paged.PagedRun), open loop: replicas that
+# prefill in chunks beside decoding (hastune.policies.IterationScheduler), every iteration
+# and decode stretch an event (the run's own way: PagedRun.ahead is False), preemption,
+# inline encode and the front end's token delivery (hastune.sim.frontend.Delivery)
+
+cdef enum NKind:
+    N_STEP = 1      # a replica's iteration ends, or its decode stretch reaches its target
+    N_START = 2     # a woken replica plans, after the arrivals of its instant (Run.wake)
+
+
+cdef class NRep:
+    """One replica of a nodg run: its timing (InstanceTiming.mixed), its scheduler's state
+    (the waiting and prefilling prompts, linked through NoDGCore.nxt), its decode batch
+    (a Decode used as ReplicaDecode: the heap, n, S, step, t0, steps_run), its pending event
+    (hastune.sim.nodg.run.Replica) and its front end's Delivery."""
+    cdef object py
+    cdef Decode d
+    # InstanceTiming
+    cdef double p_fixed, p_tok, p_sq, hop_lat, hop_tok, mixed_fixed, d_fixed, d_seq, d_ctx
+    cdef long long pp
+    # IterationScheduler
+    cdef double kv_cap, reserved, prefill_tokens
+    cdef long long seats, chunk
+    cdef bint chunked
+    cdef long long w_head, w_tail, w_len, f_head, f_tail, f_len
+    # Replica
+    cdef bint active, in_iter, decodes, waking
+    cdef long long ver, target, iters
+    cdef double ev_t, busy_since, busy_s, prefill_s, max_iter
+    # PagedDecode, Delivery
+    cdef double prompts
+    cdef bint deliver
+    cdef double cost, per_made, free
+
+    cdef void setup(self, object rp) except *:
+        cdef Decode d
+        tm, dec, sched = rp.tm, rp.dec, rp.sched
+        if dec.n or sched.waiting or sched.prefilling or rp.active:
+            raise ValueError("the compiled core starts from idle replicas")
+        self.py = rp
+        self.p_fixed, self.p_tok, self.p_sq = tm.p_fixed, tm.p_tok, tm.p_sq
+        self.hop_lat, self.hop_tok, self.pp = tm.hop_lat, tm.hop_tok, tm.pp
+        self.mixed_fixed = tm.mixed_fixed
+        spec = tm.decode
+        self.d_fixed, self.d_seq, self.d_ctx = spec.fixed_s, spec.per_seq_s, \
+            spec.per_context_token_s
+        self.kv_cap, self.reserved = sched.kv_cap, sched.reserved
+        self.prefill_tokens = sched.prefill_tokens
+        self.seats, self.chunk, self.chunked = sched.seats, sched.chunk, sched.chunked
+        self.w_head = self.w_tail = self.f_head = self.f_tail = -1
+        self.w_len = self.f_len = 0
+        self.active, self.in_iter, self.decodes, self.waking = (rp.active, rp.in_iter,
+                                                                 rp.decodes, rp.waking)
+        self.ver, self.target, self.iters = rp.ver, rp.target, rp.iters
+        self.ev_t, self.busy_since, self.busy_s = rp.ev_t, rp.busy_since, rp.busy_s
+        self.prefill_s, self.max_iter = rp.prefill_s, rp.max_iter
+        d = self.d = Decode()
+        d.a, d.b, d.c = dec.a, dec.b, dec.c
+        d.n, d.S, d.step, d.t0, d.steps_run = dec.n, dec.S, dec.step, dec.t0, dec.steps_run
+        d.run_cap = 64
+        d.run_n = 0
+        d.run = <Run*>malloc(d.run_cap * sizeof(Run))
+        if d.run == NULL:
+            raise MemoryError()
+        self.prompts = dec.prompts
+        dl = dec.deliver
+        self.deliver = dl is not None
+        if self.deliver:
+            self.cost, self.per_made, self.free = dl.cost, dl.per_made, dl.free
+
+    cdef void write_back(self) except *:
+        cdef Decode d = self.d
+        rp = self.py
+        rp.active, rp.in_iter, rp.decodes, rp.waking = (self.active, self.in_iter,
+                                                         self.decodes, self.waking)
+        rp.ver, rp.target, rp.iters = self.ver, self.target, self.iters
+        rp.ev_t, rp.busy_since, rp.busy_s = self.ev_t, self.busy_since, self.busy_s
+        rp.prefill_s, rp.max_iter = self.prefill_s, self.max_iter
+        rp.sched.reserved = self.reserved
+        dec = rp.dec
+        dec.n, dec.S, dec.step, dec.t0, dec.steps_run = d.n, d.S, d.step, d.t0, d.steps_run
+        dec.prompts = self.prompts
+        if self.deliver:
+            dec.deliver.free = self.free
+
+    cdef double mixed(self, long long n, double ctx, double chunk, double chunk_sq):
+        """InstanceTiming.mixed."""
+        cdef double pf
+        if chunk <= 0:
+            return self.d_fixed + self.d_seq * n + self.d_ctx * ctx
+        pf = self.p_tok * chunk + self.p_sq * chunk_sq
+        if self.pp > 1:
+            pf += (self.pp - 1) * (self.hop_lat + chunk * self.hop_tok)
+        if n == 0:
+            return self.p_fixed + pf
+        return self.mixed_fixed + self.d_seq * n + self.d_ctx * ctx + pf
+
+    cdef double boundary(self, double t, long long* sb):
+        """ReplicaDecode.boundary: the first step boundary at or after t (its step in sb)."""
+        cdef Decode d = self.d
+        cdef long long n = d.n, step = d.step, m
+        cdef double t0 = d.t0, c, alpha, beta, q
+        if n == 0 or t <= t0:
+            sb[0] = step
+            return t if t > t0 else t0
+        c = d.c
+        alpha = d.a + d.b * n + c * (d.S + n * step)
+        beta = c * n * 0.5
+        if beta <= 0.0:
+            m = <long long>ceil((t - t0) / alpha - 1e-9)
+        else:
+            q = alpha - beta
+            m = <long long>ceil((-q + sqrt(q * q + 4.0 * beta * (t - t0))) / (2.0 * beta)
+                                - 1e-9)
+        if m < 1:
+            m = 1
+        sb[0] = step + m
+        return t0 + m * alpha + c * n * m * (m - 1) * 0.5
+
+    cdef double stretch(self, double t0, double t1, long long n, long long m, double made):
+        """Delivery.stretch."""
+        cdef double c = self.cost * n, g = self.per_made, work, last, x
+        work = c * m + g * (m * made + <double>(n * m * (m - 1)) * 0.5)
+        last = c + g * (made + <double>(n * (m - 1)))
+        x = self.free if self.free > t0 else t0
+        x = x + work
+        if t1 + last > x:
+            x = t1 + last
+        self.free = x
+        return x
+
+    cdef double one(self, double t):
+        """Delivery.one."""
+        self.free = (self.free if self.free > t else t) + self.cost
+        return self.free
+
+
+cdef class NoDGCore(Loop):
+    """PagedRun's handlers (hastune.sim.nodg.run.Run.arrive/start/plan, PagedRun.step,
+    joins, make_room) over NRep replicas; requests are numbered as they arrive."""
+    cdef list reps
+    cdef Py_ssize_t R
+    cdef long long* inflight        # LeastInFlight.inflight
+    cdef double* need               # each request's Prompt (one at a time): need, total,
+    cdef double* total              # done
+    cdef double* done
+    cdef long long* nxt             # the next in its replica's waiting or prefilling queue
+    cdef long long* gen             # PagedRun.gen, joined, order, redo (0: not preempted)
+    cdef long long* joined
+    cdef long long* order
+    cdef long long* redo
+    cdef long long* fin_buf         # the requests a decode stretch just finished
+    cdef double* enc_s              # inline encode (multimodal runs)
+    cdef bint mm
+    cdef long long seq_join, preempted, starts
+
+    def __dealloc__(self):
+        free(self.inflight)
+        free(self.need)
+        free(self.total)
+        free(self.done)
+        free(self.nxt)
+        free(self.gen)
+        free(self.joined)
+        free(self.order)
+        free(self.redo)
+        free(self.fin_buf)
+        free(self.enc_s)
+
+    cdef void setup(self, object run) except *:
+        cdef Py_ssize_t n, k
+        cdef NRep rp
+        if run.loop.closed or run.batch_wait is not None:
+            raise ValueError("the compiled nodg core runs open loop without batch waiting")
+        self.open_run(run)
+        n = self.n
+        self.reps = []
+        for r in run.reps:
+            rp = NRep()
+            rp.setup(r)
+            self.reps.append(rp)
+        self.R = len(self.reps)
+        self.inflight = longs(run.router.inflight, self.R)
+        self.need = <double*>malloc(max(n, 1) * sizeof(double))
+        self.total = <double*>malloc(max(n, 1) * sizeof(double))
+        self.done = <double*>malloc(max(n, 1) * sizeof(double))
+        self.nxt = <long long*>malloc(max(n, 1) * sizeof(long long))
+        self.gen = longs(run.gen, n)
+        self.joined = longs(run.joined, n)
+        self.order = longs(run.order, n)
+        self.redo = <long long*>malloc(max(n, 1) * sizeof(long long))
+        self.fin_buf = <long long*>malloc(max(n, 1) * sizeof(long long))
+        if (self.need == NULL or self.total == NULL or self.done == NULL or self.nxt == NULL
+                or self.redo == NULL or self.fin_buf == NULL):
+            raise MemoryError()
+        if run.redo:
+            raise ValueError("the compiled core starts from a fresh run")
+        memset(self.redo, 0, max(n, 1) * sizeof(long long))
+        self.mm = run.mm
+        if self.mm:
+            self.enc_s = doubles(run.enc_s, n)
+        self.seq_join, self.preempted, self.starts = run.seq_join, run.preempted, run.starts
+
+    cdef void write_back(self, double t, long long popped, Py_ssize_t i) except *:
+        """What PagedRun.go and result read: the replicas, the router, the counts."""
+        cdef NRep rp
+        cdef Py_ssize_t k
+        run = self.py
+        for rp in self.reps:
+            rp.write_back()
+        inflight = run.router.inflight
+        for k in range(self.R):
+            inflight[k] = self.inflight[k]
+        run.seq_join, run.preempted, run.starts = self.seq_join, self.preempted, self.starts
+        loop = self.loop
+        loop.t = t
+        loop.popped = popped
+        loop.arrived = i
+
+    # -- the queues (IterationScheduler.waiting, prefilling) ---------------------------------
+    cdef inline void w_append(self, NRep rp, long long q):
+        self.nxt[q] = -1
+        if rp.w_tail < 0:
+            rp.w_head = q
+        else:
+            self.nxt[rp.w_tail] = q
+        rp.w_tail = q
+        rp.w_len += 1
+
+    cdef inline void w_appendleft(self, NRep rp, long long q):
+        self.nxt[q] = rp.w_head
+        rp.w_head = q
+        if rp.w_tail < 0:
+            rp.w_tail = q
+        rp.w_len += 1
+
+    cdef inline long long w_popleft(self, NRep rp):
+        cdef long long q = rp.w_head
+        rp.w_head = self.nxt[q]
+        if rp.w_head < 0:
+            rp.w_tail = -1
+        rp.w_len -= 1
+        return q
+
+    cdef inline void f_append(self, NRep rp, long long q):
+        self.nxt[q] = -1
+        if rp.f_tail < 0:
+            rp.f_head = q
+        else:
+            self.nxt[rp.f_tail] = q
+        rp.f_tail = q
+        rp.f_len += 1
+
+    cdef inline long long f_popleft(self, NRep rp):
+        cdef long long q = rp.f_head
+        rp.f_head = self.nxt[q]
+        if rp.f_head < 0:
+            rp.f_tail = -1
+        rp.f_len -= 1
+        return q
+
+    # -- IterationScheduler ------------------------------------------------------------------
+    cdef void admit(self, NRep rp, long long running, double running_kv):
+        """IterationScheduler.admit."""
+        cdef double reserved = rp.reserved
+        cdef long long q
+        while rp.w_len:
+            q = rp.w_head
+            if running + rp.f_len >= rp.seats or running_kv + reserved + self.need[q] > rp.kv_cap:
+                break
+            self.w_popleft(rp)
+            reserved += self.need[q]
+            self.f_append(rp, q)
+        rp.reserved = reserved
+
+    cdef double plan_chunks(self, NRep rp, long long running, double* sq_out, double* enc_out):
+        """IterationScheduler.plan: the next iteration's prefill tokens (each prompt's `done`
+        moved on), with the Σ L² they add in sq_out and, multimodal, the inline encode of the
+        prompts they start (Planner.iteration_s's sum, in the same order) in enc_out."""
+        cdef double tokens = 0.0, sq = 0.0, enc = 0.0, budget, d0, d1, c
+        cdef long long q = rp.f_head
+        if rp.chunked:
+            budget = <double>(rp.chunk - running)
+            while q >= 0:
+                if budget <= 0:
+                    break
+                d0 = self.done[q]
+                c = self.total[q] - d0
+                if c >= budget:
+                    if c > budget:
+                        c = budget
+                    d1 = self.done[q] = d0 + c
+                    if self.mm and d1 == c:
+                        enc += self.enc_s[q]
+                    sq_out[0] = sq + (d1 * d1 - d0 * d0)
+                    enc_out[0] = enc
+                    return tokens + c
+                d1 = self.done[q] = d0 + c
+                if self.mm and d1 == c:
+                    enc += self.enc_s[q]
+                sq += d1 * d1 - d0 * d0
+                tokens += c
+                budget -= c
+                q = self.nxt[q]
+            sq_out[0] = sq
+            enc_out[0] = enc
+            return tokens
+        budget = rp.prefill_tokens
+        while q >= 0:
+            if budget <= 0:
+                break
+            d0 = self.done[q]
+            c = self.total[q] - d0
+            if c > budget and q != rp.f_head:
+                break  # a whole prompt over the budget runs alone
+            d1 = self.done[q] = d0 + c
+            if self.mm and d1 == c:
+                enc += self.enc_s[q]
+            sq += d1 * d1 - d0 * d0
+            tokens += c
+            budget -= c
+            q = self.nxt[q]
+        sq_out[0] = sq
+        enc_out[0] = enc
+        return tokens
+
+    # -- the handlers -------------------------------------------------------------------------
+    cdef int arrive(self, long long q, double t) except -1:
+        """Run.arrive (event by event: no solo, no boundary taken ahead)."""
+        cdef Py_ssize_t k = 0, j
+        cdef NRep rp
+        cdef Decode d
+        cdef double pre = self.pre_tok[q], tb
+        cdef long long sb
+        for j in range(1, self.R):  # LeastInFlight.pick: the first of the fewest
+            if self.inflight[j] < self.inflight[k]:
+                k = j
+        self.inflight[k] += 1
+        rp = <NRep>self.reps[k]
+        if pre > rp.kv_cap:  # IterationScheduler.queue: never fits (the prompt's KV only)
+            self.rejected.append(q)
+            self.t_first[q] = INFINITY
+            self.t_last[q] = INFINITY
+            self.inflight[k] -= 1
+            return 0
+        self.need[q] = pre
+        self.total[q] = pre
+        self.done[q] = 0.0
+        self.w_append(rp, q)
+        d = rp.d
+        if not rp.active:
+            rp.active = True
+            rp.busy_since = t
+            d.t0 = t
+            if q + 1 < self.n_open and self.arr[q + 1] == t:  # Run.wake
+                rp.waking = True
+                self.heap.push(t, PRIO_TIMER, N_START, k, 0)
+                return 0
+        elif rp.in_iter or rp.waking:
+            return 0
+        else:  # decoding only: the next step boundary takes it
+            tb = rp.boundary(t, &sb)
+            if tb >= rp.ev_t:
+                return 0
+            rp.ver += 1
+            rp.ev_t = tb
+            rp.target = sb
+            self.heap.push(tb, PRIO_DONE, N_STEP, k, rp.ver)
+            return 0
+        self.plan(k, rp, t)
+        return 0
+
+    cdef int plan(self, Py_ssize_t k, NRep rp, double t) except -1:
+        """Planner.plan (no solo, no chunk runs, no batch waiting) with PagedDecode's
+        reserved and next_finish."""
+        cdef Decode d = rp.d
+        cdef long long nd = d.n, n, s, room, sf
+        cdef double tokens, sq, enc, ctx, dur, t_end, free_kv, tf
+        if rp.w_len:
+            self.admit(rp, nd, d.S + nd * d.step)
+        if rp.f_len:
+            tokens = self.plan_chunks(rp, nd, &sq, &enc)
+            if tokens > 0:
+                n = nd if rp.chunked else 0
+                ctx = d.S + nd * d.step
+                dur = rp.mixed(n, ctx, tokens, sq)
+                if self.mm:
+                    dur = enc + dur
+                rp.prefill_s += dur
+                if dur > rp.max_iter:
+                    rp.max_iter = dur
+                rp.decodes = n > 0
+                rp.in_iter = True
+                rp.iters += 1
+                rp.target = d.step + 1
+                t_end = t + dur
+                rp.ver += 1
+                rp.ev_t = t_end
+                self.heap.push(t_end, PRIO_DONE, N_STEP, k, rp.ver)
+                return 0
+        if nd > 0:  # PagedDecode.next_finish
+            free_kv = rp.kv_cap - rp.reserved - (d.S + nd * d.step)
+            room = <long long>py_floordiv(free_kv, <double>nd)
+            if room < 1:
+                room = 1
+            sf = d.run[0].fin
+            s = d.step + room
+            if sf < s:
+                s = sf
+            tf = d.time_of(s - d.step)
+            rp.ver += 1
+            rp.ev_t = tf
+            rp.target = s
+            self.heap.push(tf, PRIO_DONE, N_STEP, k, rp.ver)
+        else:
+            rp.active = False
+            rp.ev_t = INFINITY
+            rp.busy_s += t - rp.busy_since
+        return 0
+
+    cdef long long advance(self, NRep rp, double t, long long step) except -1:
+        """PagedDecode.advance: to boundary `step` at t; how many finished there."""
+        cdef Decode d = rp.d
+        cdef long long m = step - d.step, n = d.n, cnt = 0, i
+        cdef double t0 = d.t0, made = 0.0, f
+        cdef Run e
+        cdef double* t_last = self.t_last
+        if rp.deliver:
+            made = d.S + n * d.step - rp.prompts
+        d.steps_run += step - d.step
+        d.step = step
+        d.t0 = t
+        while d.run_n and d.run[0].fin <= step:
+            e = d.run_pop()
+            t_last[e.req] = t
+            d.n -= 1
+            d.S -= e.s
+            self.fin_buf[cnt] = e.req
+            cnt += 1
+        if rp.deliver:
+            for i in range(cnt):
+                rp.prompts -= self.pre_tok[self.fin_buf[i]]
+            if m > 0 and n:
+                f = rp.stretch(t0, t, n, m, made)
+                for i in range(cnt):
+                    t_last[self.fin_buf[i]] = f
+        return cnt
+
+    cdef int joins(self, Py_ssize_t k, NRep rp, long long q, double t) except -1:
+        """PagedRun.joins: q finished prefilling at t (a prompt, or a preempted request's
+        recompute)."""
+        cdef Decode d = rp.d
+        cdef long long g = self.redo[q], left
+        cdef double tc, s_i
+        self.redo[q] = 0
+        tc = rp.one(t) if rp.deliver else t
+        if not g:
+            self.t_first[q] = tc
+        left = self.out_tok[q] - g
+        if left <= 1:
+            self.t_last[q] = tc
+            self.inflight[k] -= 1
+            return 0
+        self.gen[q] = g + 1
+        self.joined[q] = d.step
+        self.seq_join += 1
+        self.order[q] = self.seq_join
+        s_i = (self.total[q] + 1.0) - d.step
+        d.run_push(d.step + left - 1, q, s_i, 0.0)
+        d.n += 1
+        d.S += s_i
+        rp.prompts += self.pre_tok[q]
+        return 0
+
+    cdef int make_room(self, NRep rp) except -1:
+        """PagedRun.make_room: preempt the newest running while the next step would not
+        fit."""
+        cdef Decode d = rp.d
+        cdef Py_ssize_t i, best_i
+        cdef long long best, q, g
+        cdef Run e
+        while d.n and d.S + d.n * (d.step + 1) + rp.reserved > rp.kv_cap:
+            best_i = 0  # pop_newest
+            best = self.order[d.run[0].req]
+            for i in range(1, d.run_n):
+                if self.order[d.run[i].req] > best:
+                    best = self.order[d.run[i].req]
+                    best_i = i
+            e = d.run[best_i]
+            d.run[best_i] = d.run[d.run_n - 1]
+            d.run_n -= 1
+            d.heapify()
+            d.n -= 1
+            d.S -= e.s
+            q = e.req
+            rp.prompts -= self.pre_tok[q]
+            g = self.gen[q] + (d.step - self.joined[q])
+            self.redo[q] = g
+            self.need[q] = self.pre_tok[q] + g
+            self.total[q] = self.pre_tok[q] + g
+            self.done[q] = 0.0
+            self.w_appendleft(rp, q)
+            self.preempted += 1
+        return 0
+
+    cdef int step(self, Py_ssize_t k, NRep rp, double t) except -1:
+        """PagedRun.step: rp's iteration ended at t (the prompts it finished join the decode
+        batch), or its decode stretch reached its target."""
+        cdef Decode d = rp.d
+        cdef long long nfin = 0, q
+        if rp.in_iter:
+            rp.in_iter = False
+            if rp.decodes:
+                nfin = self.advance(rp, t, rp.target)
+            else:
+                d.t0 = t
+            while rp.f_len and self.done[rp.f_head] >= self.total[rp.f_head]:  # pop_done
+                q = self.f_popleft(rp)
+                rp.reserved -= self.need[q]
+                self.joins(k, rp, q, t)
+        else:
+            nfin = self.advance(rp, t, rp.target)
+        self.inflight[k] -= nfin  # Run.left (open loop)
+        self.make_room(rp)
+        self.plan(k, rp, t)
+        return 0
+
+    cdef int handle(self, Ev* ev) except -1:
+        cdef NRep rp = <NRep>self.reps[ev.obj]
+        if ev.kind == N_STEP:
+            if ev.a == rp.ver:  # else superseded
+                self.step(ev.obj, rp, ev.t)
+        else:  # N_START: Run.start (no solo)
+            self.starts += 1
+            rp.waking = False
+            self.plan(ev.obj, rp, ev.t)
+        return 0
+
+
+def run_nodg(object paged_run):
+    """Run `paged_run` (a fresh hastune.sim.nodg.paged.PagedRun: open loop, arrays, no batch
+    waiting) to its end in compiled code."""
+    cdef NoDGCore core = NoDGCore()
+    core.setup(paged_run)
     core.loop_run()
 
 

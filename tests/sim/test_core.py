@@ -1,10 +1,11 @@
 """The compiled core (hastune.sim._core, issue 34) against the Python reference path
-(hastune/sim/epd.py's and hastune/sim/fudg.py's handlers with the worker and policy classes):
-the same simulation, so on generated recipes, configurations, loads, same-time bursts and
-paged decode pools that preempt, both give exactly the same run — every request's TTFT and
-TPOT to the last bit, the rejected, the events, the utilisations and the extras — and the
-same goodput search, probe for probe, with the stop rule and the continued probes' windows
-on. EPD runs (epd, epd-static) and open-loop fudg runs take the core."""
+(hastune/sim/epd.py's, fudg.py's and nodg/paged.py's handlers with the worker and policy
+classes): the same simulation, so on generated recipes, configurations, loads, same-time
+bursts and paged pools that preempt, both give exactly the same run — every request's TTFT
+and TPOT to the last bit, the rejected, the events, the utilisations and the extras — and
+the same goodput search, probe for probe, with the stop rule and the continued probes'
+windows on. EPD runs (epd, epd-static), open-loop fudg runs and open-loop paged nodg runs
+take the core."""
 
 from __future__ import annotations
 
@@ -18,11 +19,14 @@ from hypothesis import strategies as st
 
 from hastune.cluster import Cluster
 from hastune.config import parse_config
+from hastune.engine_terms import FrontEnd
 from hastune.evaluators.sim import Evaluation
+from hastune.model_ref import Engine
 from hastune.recipe import load_recipe
 from hastune.sim import compiled
 from hastune.sim.epd import EPDSimulator
 from hastune.sim.fudg import FuDGSimulator
+from hastune.sim.nodg import NoDGSimulator
 from hastune.sim.stoprule import StopRule
 from tests.generated import EPD_FAMILY, random_recipe, space
 from tests.sim.paged_kv import profile_with_kv, random_requests
@@ -190,11 +194,14 @@ def _probes(res) -> list:
     ("examples/image-llava-8xa100.yaml", "examples/configs/epd-static-2-2-4.yaml"),
     ("examples/audio-ultravox-8xa100.yaml",
      {"architecture": "fudg", "prefill_instances": 3, "decode_instances": 5}),
+    ("examples/audio-ultravox-8xa100.yaml",
+     {"architecture": "nodg", "tp": 1, "replicas": 8, "chunk_tokens": 512}),
 ])
 def test_a_goodput_search_is_the_same_probe_for_probe(monkeypatch, recipe, config):
     """The whole steady-state search (scouts, continued full probes, the stop rule) on a
     shipped recipe, with a short workload: the same probes, the same goodput (EPD configs
-    of examples/configs, and a fudg deployment)."""
+    of examples/configs, a fudg deployment, and sim_speed's nodg one: paged, with audio
+    encoded inline)."""
     from hastune.config import load_config
 
     rec = load_recipe(ROOT / recipe)
@@ -294,4 +301,100 @@ def test_closed_loop_fudg_runs_take_the_python_path(monkeypatch):
     assert sim.run(closed, 4).completed > 0
     assert called == []
     assert sim.run(random_requests(50, 3, 20), 1.0).completed > 0
+    assert len(called) == 1
+
+
+# -- nodg -----------------------------------------------------------------------------------
+
+@SETTINGS(60)
+@given(seed=st.integers(0, 2**31 - 1), load=st.floats(0.2, 2.0), every=st.integers(1, 5),
+       stop=st.booleans(), engine=st.sampled_from(["vllm", "sglang"]),
+       par=st.sampled_from([(1, 1), (2, 1), (1, 2)]), gpn=st.sampled_from([1, 8]),
+       replicas=st.integers(1, 3), chunk=st.sampled_from([None, 256, 512]))
+def test_compiled_nodg_runs_are_the_reference_runs(seed, load, every, stop, engine, par, gpn,
+                                                   replicas, chunk):
+    """Generated nodg recipes (text and multimodal: the encode inline in the iteration that
+    starts a prompt; Poisson and Gamma arrivals) with vLLM's or SGLang's engine terms (paged
+    KV; SGLang's front end passes every token on at a cost: Delivery), 1–3 replicas at TP 2
+    or PP 2 (with one GPU per node, the stages hop over the NIC), chunked or not, light to
+    overloaded, same-time bursts, with the stop rule or without."""
+    rec = random_recipe(seed, ("nodg",), requests=(150, 400), evaluator=QUICK)
+    cfg = parse_config({"architecture": "nodg", "tp": par[0], "pp": par[1],
+                        "replicas": replicas, "chunk_tokens": chunk})
+    cluster = rec.cluster.model_copy(update={"gpus": cfg.gpus, "gpus_per_node": gpn})
+    rec = rec.model_copy(update={"engine": Engine(name=engine), "cluster": cluster})
+    ev = Evaluation(rec)
+    if not ev.runnable(cfg):
+        return
+    assert ev.simulator(cfg).compiled(ev.requests)  # paged, open loop: the core's
+    same_runs(ev, cfg, every, stop, load)
+
+
+def _nodg_paged_case(kv: int, replicas: int, chunk: int | None):
+    prof = profile_with_kv(True, kv)
+    cfg = parse_config({"architecture": "nodg", "tp": 2, "replicas": replicas,
+                        "chunk_tokens": chunk})
+    cluster = Cluster(gpu="a100-80gb", gpus=8)
+    return lambda: NoDGSimulator(prof, cluster, cfg, warmup=0.0)
+
+
+def _delivered(reqs):
+    """reqs through a front end that passes every token on at SGLang's cost (Delivery)."""
+    return dataclasses.replace(reqs, frontend=FrontEnd(per_output_token_s=50e-6,
+                                                       per_made_token_s=15e-9))
+
+
+@SETTINGS(30)
+@given(seed=st.integers(0, 2**31 - 1), kv=st.integers(800, 40_000), r=st.integers(1, 3),
+       load=st.floats(0.5, 3.0), out_max=st.integers(3, 600),
+       chunk=st.sampled_from([None, 128, 512]), deliver=st.booleans())
+def test_nodg_replicas_that_preempt_run_the_same(seed, kv, r, load, out_max, chunk, deliver):
+    """Replicas with little KV: preempted requests recompute their prompt and the tokens
+    they had made (their first token keeps its time), requests that can never fit are
+    rejected; with and without a front end that passes tokens on at a cost."""
+    reqs = random_requests(300, seed, out_max)
+    if deliver:
+        reqs = _delivered(reqs)
+    ref, fast = both(_nodg_paged_case(kv, r, chunk), reqs, load)
+    assert fingerprint(fast) == fingerprint(ref)
+
+
+def test_the_small_nodg_replicas_preempt_and_reject():
+    """What the test above draws reaches the paths it is there for."""
+    reqs = random_requests(300, 1, 600)
+    for chunk in (None, 512):
+        for rq in (reqs, _delivered(reqs)):
+            ref, fast = both(_nodg_paged_case(1_000, 2, chunk), rq, 3.0)
+            assert fingerprint(fast) == fingerprint(ref)
+            assert ref.rejected > 0 and ref.extra["preemptions"] > 0
+
+
+def test_which_nodg_runs_take_the_core(monkeypatch):
+    """Closed-loop runs (benchmark clients), TensorRT-LLM's batch waiting and reserved KV
+    (`Run`, with its own shortcuts) stay on the Python path; an open-loop paged run takes the
+    core, and HASTUNE_SIM_CORE=python keeps it off."""
+    from hastune.sim.nodg import paged
+
+    real, called = paged.core, []
+
+    def run_nodg(run):
+        called.append(run)
+        real.run_nodg(run)  # type: ignore[union-attr]
+
+    monkeypatch.setattr(paged, "core", type("C", (), {"run_nodg": staticmethod(run_nodg)}))
+    sim = _nodg_paged_case(40_000, 1, 512)()
+    closed = dataclasses.replace(random_requests(50, 3, 20), think_s=0.0)
+    assert sim.run(closed, 4).completed > 0
+    assert called == []
+    monkeypatch.setenv("HASTUNE_SIM_CORE", "python")
+    assert sim.run(random_requests(50, 3, 20), 1.0).completed > 0
+    assert called == []
+    monkeypatch.delenv("HASTUNE_SIM_CORE")
+    assert sim.run(random_requests(50, 3, 20), 1.0).completed > 0
+    assert len(called) == 1
+    sim.profile = sim.profile.model_copy(update={"batch_wait": (4, 0.5)})
+    assert not sim.compiled(random_requests(50, 3, 20))
+    reserved = _nodg_paged_case(40_000, 1, 512)()
+    reserved.profile = reserved.profile.model_copy(update={"kv_on_demand": False})
+    assert reserved.run(random_requests(50, 3, 20), 1.0).completed > 0
     assert len(called) == 1

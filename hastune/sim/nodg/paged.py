@@ -22,6 +22,7 @@ the process can pass them on, they queue there and the engine holds fewer reques
 from __future__ import annotations
 
 from hastune.policies import Prompt
+from hastune.sim.compiled import core
 from hastune.sim.decode_paged import pop_newest
 from hastune.sim.instance import ReplicaDecode
 from hastune.sim.nodg.run import Run
@@ -75,10 +76,15 @@ class PagedDecode(ReplicaDecode):
 
 
 class PagedRun(Run):
+    """The paged run; with `lists` False (open loop, no batch waiting: NoDGSimulator.run)
+    its loop and handlers run in the compiled core (hastune.sim._core.run_nodg, the same
+    run, event for event: tests/sim/test_core.py)."""
+
     ahead = False
 
-    def __init__(self, sim, reqs, rate: float):
-        super().__init__(sim, reqs, rate)
+    def __init__(self, sim, reqs, rate: float, lists: bool = True):
+        super().__init__(sim, reqs, rate, lists)
+        self.fast = not lists
         front = self.loop.feed.front
         self.deliver = front.delivers
         for rp in self.reps:
@@ -96,6 +102,13 @@ class PagedRun(Run):
         self.redo: dict[int, int] = {}  # preempted: tokens made, to recompute
         self.preempted = 0
         self.seq_join = 0
+
+    def go(self):
+        if not self.fast:
+            return super().go()
+        core.run_nodg(self)  # type: ignore[union-attr]
+        self.loop.popped -= self.starts
+        return self.result()
 
     def step(self, k: int, t: float) -> None:
         rp = self.reps[k]

@@ -63,21 +63,24 @@ class Run(Planner):
     # open loop here (run_open); False: every iteration and step boundary is an event, through
     # the shared loop (the reference tests/sim/test_nodg_runs.py uses)
 
-    def __init__(self, sim: NoDGSimulator, reqs: RequestSet, rate: float):
+    def __init__(self, sim: NoDGSimulator, reqs: RequestSet, rate: float, lists: bool = True):
+        """`lists` False: the per-request numbers as arrays, for the compiled core (open loop:
+        PagedRun)."""
         self.wall0 = time.perf_counter()
         self.sim, self.rate = sim, rate
         # one front end per replica (it streams)
-        self.loop = loop = EventLoop(reqs, rate, streams=sim.config.replicas)
+        self.loop = loop = EventLoop(reqs, rate, streams=sim.config.replicas, lists=lists)
         self.heap, self.seq = loop.heap, loop.seq
         (self.pre_tok, _, self.out_tok, mm, self.t_first, self.t_last,
-         self.rejected) = request_lists(reqs)
+         self.rejected) = request_lists(reqs, lists)
         self.mm = mm
         self.out_kv = self.out_tok  # output KV taken at admission (reserved up front)
         if mm:  # each request's inline encode, 0 without a payload
             x = reqs.encoder_tokens
             lat = sim.timings[0].encode_latency(1, x, x * x)
             self.enc_s = np.where(x > 0, lat, 0.0).tolist()
-        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok, self.rejected)
+        loop.watch(sim.stop_rule, self.t_first, self.t_last, self.out_tok, self.rejected,
+                   sim.core)
         chunk = sim.config.chunk_tokens
         self.chunked = chunk is not None
         # TensorRT-LLM's batch waiting (Profile.batch_wait; Planner.waits): prompts are held

@@ -32,6 +32,7 @@ from hastune.cluster import Cluster
 from hastune.profile import Profile
 from hastune.recipe import SLO
 from hastune.sim.common import check_gpus
+from hastune.sim.compiled import core_name
 from hastune.sim.instance import InstanceTiming
 from hastune.sim.nodg.run import Run
 from hastune.sim.result import RunResult
@@ -43,6 +44,7 @@ class NoDGSimulator:
     """Simulates one nodg deployment; `run(requests, rate)` is deterministic."""
 
     stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
+    core: str | None = None  # "python" or "compiled" for this simulator (None: core_name())
 
     def __init__(self, profile: Profile, cluster: Cluster, config: NoDGConfig,
                  warmup: float = 0.1, slo: SLO | None = None):
@@ -56,5 +58,13 @@ class NoDGSimulator:
         if self.profile.kv_on_demand:  # paged KV with preemption (hastune.sim.nodg.paged)
             from hastune.sim.nodg.paged import PagedRun
 
-            return PagedRun(self, reqs, rate).go()
+            return PagedRun(self, reqs, rate, lists=not self.compiled(reqs)).go()
         return Run(self, reqs, rate).go()
+
+    def compiled(self, reqs: RequestSet) -> bool:
+        """Whether a paged run of `reqs` takes the compiled core: where it was built (and
+        not HASTUNE_SIM_CORE=python or `core`), in open loop (closed-loop clients, the
+        benchmarks', stay in Python) and without TensorRT-LLM's batch waiting (not ported).
+        The reserved-KV run (`Run`, with its shortcuts) always runs in Python."""
+        waits = self.config.chunk_tokens is not None and self.profile.batch_wait[0] > 0
+        return (core_name(self.core) == "compiled" and reqs.think_s is None and not waits)
