@@ -17,7 +17,12 @@ SGLang's tokenizer manager, hastune.engine_terms.FRONTEND_TOKEN_S), every token 
 makes passes through one process per replica in order (hastune.sim.frontend.Delivery): a
 request's first and last tokens reach the client when that process is through them, and in
 closed loop the client sends its next request then. Where the engine makes tokens faster than
-the process can pass them on, they queue there and the engine holds fewer requests."""
+the process can pass them on, they queue there and the engine holds fewer requests.
+
+An open-loop run without batch waiting runs in the compiled core (hastune.sim._core's
+NoDGCore: these handlers and the shared loop in C, the same events and floats); this module
+stays the reference (HASTUNE_SIM_CORE=python), and a change here must be made there too, or
+tests/sim/test_core.py fails."""
 
 from __future__ import annotations
 

@@ -23,6 +23,11 @@ and the step boundary an arrival at a decoding replica waits for when nothing ar
 it. Same timestamps, fewer events (tests/sim/test_nodg_runs.py checks against one event
 each). The run itself is hastune.sim.nodg.run (state, loop, handlers) and
 hastune.sim.nodg.plan (what each next iteration carries).
+
+With KV on demand (vLLM's and SGLang's engine terms: hastune.sim.nodg.paged, event by event)
+an open-loop run takes the compiled core where it was built (hastune.sim._core.run_nodg, the
+same run, event for event: tests/sim/test_core.py); closed-loop runs, TensorRT-LLM's batch
+waiting and the reserved-KV run above stay in Python (`NoDGSimulator.compiled`).
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ from hastune.workload import RequestSet
 
 
 class NoDGSimulator:
-    """Simulates one nodg deployment; `run(requests, rate)` is deterministic."""
+    """Simulates one nodg deployment; `run(requests, rate)` is deterministic. Open-loop paged
+    runs take the compiled core where it was built (`compiled`)."""
 
     stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
     core: str | None = None  # "python" or "compiled" for this simulator (None: core_name())
