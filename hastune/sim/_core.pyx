@@ -14,7 +14,9 @@ generated recipes and configurations and requires identical first- and last-toke
 
 `run(epd_run)` takes an `_EPDRun` built by the Python code (its workers, policies and lists),
 runs it, and writes back what its `result` reads. The stop rule's checks (EventLoop.checkpoint)
-are the Python ones, called at the same arrival counts."""
+are the Python ones, called at the same arrival counts. `run_fudg` and `run_nodg` do the same
+for open-loop fudg runs (hastune.sim.fudg.FuDGRun) and open-loop nodg runs with KV on demand
+(hastune.sim.nodg.paged.PagedRun), on the same loop (`Loop`) and decode heap (`Decode`)."""
 
 from libc.math cimport ceil, sqrt, fmod, floor, copysign, INFINITY
 from libc.stdlib cimport malloc, realloc, free
@@ -1762,8 +1764,8 @@ cdef class NRep:
         self.hop_lat, self.hop_tok, self.pp = tm.hop_lat, tm.hop_tok, tm.pp
         self.mixed_fixed = tm.mixed_fixed
         spec = tm.decode
-        self.d_fixed, self.d_seq, self.d_ctx = spec.fixed_s, spec.per_seq_s, \
-            spec.per_context_token_s
+        self.d_fixed, self.d_seq = spec.fixed_s, spec.per_seq_s
+        self.d_ctx = spec.per_context_token_s
         self.kv_cap, self.reserved = sched.kv_cap, sched.reserved
         self.prefill_tokens = sched.prefill_tokens
         self.seats, self.chunk, self.chunked = sched.seats, sched.chunk, sched.chunked
