@@ -830,24 +830,11 @@ cdef class Decode:
 
     cdef int make_room(self) except -1:
         """_Paged.make_room: preempt the newest running while the next step would not fit."""
-        cdef Py_ssize_t i, best_i
-        cdef long long best, q, out_left
+        cdef long long q, out_left
         cdef Run e
         cdef double ctx
         while self.n and self.S + self.n * (self.step + 1) > self.cap:
-            # pop_newest: the running entry whose request was admitted last
-            best_i = 0
-            best = self.order[self.run[0].req]
-            for i in range(1, self.run_n):
-                if self.order[self.run[i].req] > best:
-                    best = self.order[self.run[i].req]
-                    best_i = i
-            e = self.run[best_i]
-            self.run[best_i] = self.run[self.run_n - 1]
-            self.run_n -= 1
-            self.heapify()
-            self.n -= 1
-            self.S -= e.s
+            e = self.pop_newest(self.order)
             q = e.req
             ctx = e.s + self.step
             out_left = e.fin - self.step
@@ -856,6 +843,24 @@ cdef class Decode:
             self.pending_tokens += ctx + out_left
             self.preempted += 1
         return 0
+
+    cdef Run pop_newest(self, long long* order):
+        """decode_paged.pop_newest: take the running entry whose request was admitted last
+        (`order`: admission order per request) out of the batch."""
+        cdef Py_ssize_t i, best_i = 0
+        cdef long long best = order[self.run[0].req]
+        cdef Run e
+        for i in range(1, self.run_n):
+            if order[self.run[i].req] > best:
+                best = order[self.run[i].req]
+                best_i = i
+        e = self.run[best_i]
+        self.run[best_i] = self.run[self.run_n - 1]
+        self.run_n -= 1
+        self.heapify()
+        self.n -= 1
+        self.S -= e.s
+        return e
 
     cdef void heapify(self):
         cdef Py_ssize_t i
@@ -2198,22 +2203,10 @@ cdef class NoDGCore(Loop):
         """PagedRun.make_room: preempt the newest running while the next step would not
         fit."""
         cdef Decode d = rp.d
-        cdef Py_ssize_t i, best_i
-        cdef long long best, q, g
+        cdef long long q, g
         cdef Run e
         while d.n and d.S + d.n * (d.step + 1) + rp.reserved > rp.kv_cap:
-            best_i = 0  # pop_newest
-            best = self.order[d.run[0].req]
-            for i in range(1, d.run_n):
-                if self.order[d.run[i].req] > best:
-                    best = self.order[d.run[i].req]
-                    best_i = i
-            e = d.run[best_i]
-            d.run[best_i] = d.run[d.run_n - 1]
-            d.run_n -= 1
-            d.heapify()
-            d.n -= 1
-            d.S -= e.s
+            e = d.pop_newest(self.order)
             q = e.req
             rp.prompts -= self.pre_tok[q]
             g = self.gen[q] + (d.step - self.joined[q])
