@@ -156,13 +156,11 @@ def _case(row: dict, p: Path, line: int) -> Case:
 
 
 def _agg_clients(row: dict, p: Path, line: int) -> int:
-    """An aggregated run's closed-loop clients: the silicon_concurrency its
-    silicon_data_source states, else batch_size per attention-DP rank (the file's columns:
-    2,619 of the 2,632 agg rows without attention-DP have batch_size = that concurrency, 150 of
-    the 151 with it batch_size × attention_dp_size)."""
-    m = _CONCURRENCY.search((row.get("silicon_data_source") or "").strip())
-    if m is not None and int(m.group(1)) > 0:
-        return int(m.group(1))
+    """An aggregated run's closed-loop clients: batch_size per attention-DP rank, as the
+    file's columns give it (150 of the 151 rows with attention-DP have batch_size ×
+    attention_dp_size = the silicon_concurrency their source states; 2,619 of the 2,632
+    without it batch_size = that concurrency, the other 13 batch_size × tp_size: runs whose
+    attention-DP the columns do not record, simulated as one rank's load on the TP group)."""
     dp = (row.get("attention_dp_size") or "").strip()
     return int(_num(row, "batch_size", p, line, True)) * (
         int(_num(row, "attention_dp_size", p, line, True)) if dp else 1)

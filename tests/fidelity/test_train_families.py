@@ -191,10 +191,9 @@ def test_an_agg_layout_reads_as_one_tp_group_or_is_unsupported(tmp_path_factory,
 @settings(max_examples=100, deadline=None)
 @given(batch=st.integers(1, 512), dp=st.sampled_from(["", "1", "2", "8"]),
        conc=st.one_of(st.none(), st.integers(1, 4096)))
-def test_agg_clients_are_the_stated_concurrency_else_batch_per_rank(tmp_path_factory, batch,
-                                                                     dp, conc):
-    """A run's clients: the silicon_concurrency its silicon_data_source states, else
-    batch_size per attention-DP rank."""
+def test_agg_clients_are_batch_size_per_attention_dp_rank(tmp_path_factory, batch, dp, conc):
+    """A run's clients: batch_size per attention-DP rank, whatever silicon_concurrency its
+    source states."""
     base = _layout("1", "8", "1", "8") if dp not in ("", "1") else _layout("8", "1", "1", "8")
     src = "source_file=x.csv; model=m" + (f"; silicon_concurrency={conc}" if conc else "")
     row = {**base, "batch_size": str(batch), "attention_dp_size": dp,
@@ -202,7 +201,7 @@ def test_agg_clients_are_the_stated_concurrency_else_batch_per_rank(tmp_path_fac
            "tp_size": "1" if dp not in ("", "1") else "8", "silicon_data_source": src}
     got = _read_one(tmp_path_factory, row)
     assert got.case is not None, got.reason
-    assert got.case.clients == (conc if conc else batch * int(dp or 1))
+    assert got.case.clients == batch * int(dp or 1)
 
 
 def test_a_disagg_row_with_attention_dp_ranks_is_scored(tmp_path):
