@@ -17,7 +17,7 @@ from hastune import engine_terms as et
 from hastune.fidelity import fit as F
 from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Case, read_cases
-from hastune.fidelity.run import ROUNDS, recipe_for, simulate
+from hastune.fidelity.run import ROUNDS, rank_of, recipe_for, simulate
 
 MIN_ROWS = 40   # the Done-when bar applies to engines with at least this many rows
 FOLDS = 4
@@ -140,7 +140,10 @@ class Fitter:
                 if key not in profiles:
                     profiles[key] = resolve_profile(rec, quiet=True)[0]
                 prof = profiles[key]
-                prof.for_parallel(c.tp, c.tp if c.ep else 1)  # the TP (and EP) the row needs
+                if c.dp > 1:  # the attention-DP rank the row needs (run.simulate)
+                    rank_of(prof, c.dp)
+                else:  # the TP (and EP) the row needs
+                    prof.for_parallel(c.tp, c.tp if c.ep else 1)
             except (InputError, ValueError) as exc:
                 if strict:
                     raise

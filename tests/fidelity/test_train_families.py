@@ -233,3 +233,27 @@ def test_a_missing_attention_dp_group_counts_as_one_cause(name, n):
     reason = (f"profile {name} has no attention-DP variant of {n} ranks (it has 2, 4). Fix: "
               "use one of those, or regenerate the profile")
     assert cause(reason) == "profile: no such attention-DP group"
+
+
+def test_the_fit_takes_attention_dp_rows_as_their_ranks(tmp_path):
+    """The fit (hastune.fidelity.score.Fitter, as --cv and --write use it) keeps an
+    attention-DP row — its profile has the rank the row needs — and simulates it as `--shipped`
+    does; a row whose group the profile lacks is left out with why."""
+    from hastune.fidelity import fit as F
+    from hastune.fidelity.rows import read_rows
+    from hastune.fidelity.score import Fitter
+
+    row = _layout("1", "8", "1", "8")
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, list(ROWS[0]))
+        w.writeheader()
+        w.writerows([row, {**row, "id": "dp64", "attention_dp_size": "64",
+                           "moe_ep_size": "64"}])
+    cases = [r.case for r in read_rows(path)]
+    assert [c.dp for c in cases] == [8, 64]
+    fitter = Fitter(cases, {}, path, strict=False)
+    assert [c.id for c in fitter.cases] == [row["id"]]
+    assert "attention-DP variant of 64 ranks" in next(iter(fitter.unsupported.values()))
+    sim = fitter.run(cases[0], F.START)  # the kernels alone, with the least front end
+    assert math.isfinite(sim.ttft_ms) and math.isfinite(sim.tpot_ms)
