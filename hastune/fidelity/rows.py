@@ -233,21 +233,34 @@ def _common(row: dict, p: Path, line: int) -> dict:
         raise InputError(p, f"line {line}: backend", f"unknown engine {eng!r}",
                          f"use one of {', '.join(ENGINES)}")
     system = (row["system"] or "").strip()
-    if system not in SYSTEMS:
+    gpu = gpu_of(system)
+    if gpu is None:
         raise InputError(p, f"line {line}: system", f"unknown system {system!r}",
-                         f"use one of {', '.join(SYSTEMS)}")
+                         f"use one of {', '.join(SYSTEMS)} or another system of the kernel "
+                         "database (hastune.calibrate.gpus)")
     quant = (row.get("gemm_quant_mode") or "").strip()
     if quant not in QUANT:
         raise InputError(p, f"line {line}: gemm_quant_mode", f"unknown {quant!r}",
                          f"use one of {', '.join(k or '(empty)' for k in QUANT)}")
     return dict(id=(row.get("id") or f"line{line}").strip(), engine=eng,
                 version=(row.get("backend_version") or "").strip(),
-                model=(row["model_path"] or "").strip(), gpu=SYSTEMS[system],
+                model=(row["model_path"] or "").strip(), gpu=gpu,
                 weights=QUANT[quant], isl=int(_num(row, "isl", p, line, True)),
                 osl=int(_num(row, "osl", p, line, True)),
                 ttft_ms=_num(row, "silicon_ttft_ms", p, line),
                 tpot_ms=_num(row, "silicon_tpot_ms", p, line), line=line,
                 source=(row.get("silicon_data_source") or "").strip())
+
+
+def gpu_of(system: str) -> str | None:
+    """The hastune GPU of a row's `system`: SYSTEMS, else the kernel database's system's
+    (hastune.calibrate.gpus: b300_sxm → b300-288gb); None for one neither knows."""
+    if system in SYSTEMS:
+        return SYSTEMS[system]
+    from hastune.calibrate.gpus import canonical_gpu
+
+    found = canonical_gpu(system) if system else None
+    return None if found is None else found[0]
 
 
 class Unmodelled(ValueError):

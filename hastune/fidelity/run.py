@@ -66,6 +66,12 @@ LINKS: dict[str, tuple[dict, dict]] = {
     # GPUS_PER_NODE here) reach each other over NVLink as well
     "gb200-186gb": ({"bandwidth_GBps": 900.0, "latency_us": 3.0},
                     {"bandwidth_GBps": 900.0, "latency_us": 3.0}),
+    # Blackwell Ultra: B300 as B200 (NVLink 5, eight 400 Gb/s NICs per HGX node here: the
+    # reference node's; B300 nodes may carry 800 Gb/s ConnectX-8), GB300 NVL72 as GB200 NVL72
+    "b300-288gb": ({"bandwidth_GBps": 900.0, "latency_us": 3.0},
+                   {"bandwidth_GBps": 400.0, "latency_us": 5.0}),
+    "gb300-288gb": ({"bandwidth_GBps": 900.0, "latency_us": 3.0},
+                    {"bandwidth_GBps": 900.0, "latency_us": 3.0}),
     "a100-80gb": ({"bandwidth_GBps": 300.0, "latency_us": 3.0},
                   {"bandwidth_GBps": 200.0, "latency_us": 5.0}),
     "l40s-48gb": ({"bandwidth_GBps": 25.0, "latency_us": 10.0},
@@ -79,6 +85,9 @@ def cluster_for(case: Case) -> dict:
     if case.pools is None:
         return {"gpu": case.gpu, "gpus": case.gpus, "gpus_per_node": GPUS_PER_NODE,
                 "intra_node": "nvlink-h100"}
+    if case.gpu not in LINKS:
+        raise ValueError(f"disagg: no link figures for {case.gpu} (hastune.fidelity.run.LINKS "
+                         f"has {', '.join(LINKS)}): the KV transfer cannot be timed")
     intra, inter = LINKS[case.gpu]
     return {"gpu": case.gpu, "gpus": case.gpus, "gpus_per_node": GPUS_PER_NODE,
             "intra_node": intra, "inter_node": inter}

@@ -257,3 +257,30 @@ def test_the_fit_takes_attention_dp_rows_as_their_ranks(tmp_path):
     assert "attention-DP variant of 64 ranks" in next(iter(fitter.unsupported.values()))
     sim = fitter.run(cases[0], F.START)  # the kernels alone, with the least front end
     assert math.isfinite(sim.ttft_ms) and math.isfinite(sim.tpot_ms)
+
+
+@pytest.mark.parametrize("system, gpu", [("b300_sxm", "b300-288gb"), ("gb300", "gb300-288gb")])
+def test_a_system_of_the_kernel_database_is_its_gpu(tmp_path, system, gpu):
+    """A row on a system the file does not hold but the kernel database does (Blackwell
+    Ultra) runs on that system's GPU and is scored; a disagg row on a GPU without link
+    figures comes back unsupported, saying so."""
+    from hastune.fidelity.rows import gpu_of
+
+    assert gpu_of(system) == gpu and gpu_of("mi300x") is None
+    base = next(r for r in ROWS if r["model_path"].startswith("meta-llama/Llama-3.1-70B")
+                and r["mode"] == "agg" and r["backend"] == "vllm")
+    dis = next(r for r in ROWS if r["mode"] == "disagg" and r["prefill_num_workers"]
+               and r["prefill_attention_dp_size"] in ("", "1")
+               and r["decode_attention_dp_size"] in ("", "1"))
+    rows = [{**base, "id": "agg", "system": system},
+            {**dis, "id": "dis-b60", "system": "b60"}]
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, list(ROWS[0]))
+        w.writeheader()
+        w.writerows(rows)
+    got = {r["id"]: r for r in shipped.score(path)["rows"]}
+    assert got["agg"]["status"] == "scored" and got["agg"]["gpu"] == gpu, got["agg"]["reason"]
+    assert math.isfinite(got["agg"]["ttft_ms"]["simulated"])
+    assert got["dis-b60"]["status"] == "unsupported"
+    assert "no link figures for b60-24gb" in got["dis-b60"]["reason"]
