@@ -15,8 +15,9 @@ generated recipes and configurations and requires identical first- and last-toke
 `run(epd_run)` takes an `_EPDRun` built by the Python code (its workers, policies and lists),
 runs it, and writes back what its `result` reads. The stop rule's checks (EventLoop.checkpoint)
 are the Python ones, called at the same arrival counts. `run_fudg` and `run_nodg` do the same
-for open-loop fudg runs (hastune.sim.fudg.FuDGRun) and open-loop nodg runs with KV on demand
-(hastune.sim.nodg.paged.PagedRun), on the same loop (`Loop`) and decode heap (`Decode`)."""
+for open-loop fudg runs (hastune.sim.fudg.FuDGRun) and open-loop nodg runs without batch
+waiting, with KV on demand (hastune.sim.nodg.paged.PagedRun) or reserved (hastune.sim.nodg.run.Run,
+as with `ahead` off), on the same loop (`Loop`) and decode heap (`Decode`)."""
 
 from libc.math cimport ceil, sqrt, fmod, floor, copysign, INFINITY
 from libc.stdlib cimport malloc, realloc, free
@@ -1725,10 +1726,12 @@ def run_fudg(object fudg_run):
 
 
 # ---------------------------------------------------------------------------------------
-# nodg runs with KV on demand (hastune.sim.nodg.paged.PagedRun), open loop: replicas that
-# prefill in chunks beside decoding (hastune.policies.IterationScheduler), every iteration
-# and decode stretch an event (the run's own way: PagedRun.ahead is False), preemption,
-# inline encode and the front end's token delivery (hastune.sim.frontend.Delivery)
+# nodg runs, open loop without batch waiting: replicas that prefill in chunks beside decoding
+# (hastune.policies.IterationScheduler), every iteration and decode stretch an event, inline
+# encode; with KV on demand (`paged`: hastune.sim.nodg.paged.PagedRun, whose own way that
+# is) preemption and the front end's token delivery (hastune.sim.frontend.Delivery), else KV
+# for prompt + output reserved at admission (hastune.sim.nodg.run.Run with `ahead` off: the
+# event-by-event run its shortcuts are tested against)
 
 cdef enum NKind:
     N_STEP = 1      # a replica's iteration ends, or its decode stretch reaches its target
@@ -1738,8 +1741,9 @@ cdef enum NKind:
 cdef class NRep:
     """One replica of a nodg run: its timing (InstanceTiming.mixed), its scheduler's state
     (the waiting and prefilling prompts, linked through NoDGCore.nxt), its decode batch
-    (a Decode used as ReplicaDecode: the heap, n, S, step, t0, steps_run), its pending event
-    (hastune.sim.nodg.run.Replica) and its front end's Delivery."""
+    (a Decode used as ReplicaDecode: the heap, n, S, step, t0, steps_run, and reserved when
+    not paged), its pending event (hastune.sim.nodg.run.Replica) and, paged, its front end's
+    Delivery."""
     cdef object py
     cdef Decode d
     # InstanceTiming
@@ -1759,7 +1763,7 @@ cdef class NRep:
     cdef bint deliver
     cdef double cost, per_made, free
 
-    cdef void setup(self, object rp) except *:
+    cdef void setup(self, object rp, bint paged) except *:
         cdef Decode d
         tm, dec, sched = rp.tm, rp.dec, rp.sched
         if dec.n or sched.waiting or sched.prefilling or rp.active:
@@ -1784,13 +1788,16 @@ cdef class NRep:
         d = self.d = Decode()
         d.a, d.b, d.c = dec.a, dec.b, dec.c
         d.n, d.S, d.step, d.t0, d.steps_run = dec.n, dec.S, dec.step, dec.t0, dec.steps_run
+        d.paged = paged
+        if not paged:
+            d.reserved = dec.reserved
         d.run_cap = 64
         d.run_n = 0
         d.run = <Run*>malloc(d.run_cap * sizeof(Run))
         if d.run == NULL:
             raise MemoryError()
-        self.prompts = dec.prompts
-        dl = dec.deliver
+        dl = dec.deliver if paged else None  # (ReplicaDecode: no front end here)
+        self.prompts = dec.prompts if paged else 0.0
         self.deliver = dl is not None
         if self.deliver:
             self.cost, self.per_made, self.free = dl.cost, dl.per_made, dl.free
@@ -1806,7 +1813,10 @@ cdef class NRep:
         rp.sched.reserved = self.reserved
         dec = rp.dec
         dec.n, dec.S, dec.step, dec.t0, dec.steps_run = d.n, d.S, d.step, d.t0, d.steps_run
-        dec.prompts = self.prompts
+        if d.paged:
+            dec.prompts = self.prompts
+        else:
+            dec.reserved = d.reserved
         if self.deliver:
             dec.deliver.free = self.free
 
@@ -1863,9 +1873,11 @@ cdef class NRep:
 
 
 cdef class NoDGCore(Loop):
-    """PagedRun's handlers (hastune.sim.nodg.run.Run.arrive/start/plan, PagedRun.step,
-    joins, make_room) over NRep replicas; requests are numbered as they arrive."""
+    """The event-by-event nodg run's handlers (hastune.sim.nodg.run.Run.arrive/start/plan/
+    step with `ahead` off; `paged`: PagedRun.step, joins, make_room) over NRep replicas;
+    requests are numbered as they arrive."""
     cdef list reps
+    cdef bint paged                 # KV on demand (PagedRun), else reserved at admission (Run)
     cdef Py_ssize_t R
     cdef long long* inflight        # LeastInFlight.inflight
     cdef double* need               # each request's Prompt (one at a time): need, total,
@@ -1901,10 +1913,11 @@ cdef class NoDGCore(Loop):
             raise ValueError("the compiled nodg core runs open loop without batch waiting")
         self.open_run(run)
         n = self.n
+        self.paged = run.paged
         self.reps = []
         for r in run.reps:
             rp = NRep()
-            rp.setup(r)
+            rp.setup(r, self.paged)
             self.reps.append(rp)
         self.R = len(self.reps)
         self.inflight = longs(run.router.inflight, self.R)
@@ -1912,24 +1925,28 @@ cdef class NoDGCore(Loop):
         self.total = <double*>malloc(max(n, 1) * sizeof(double))
         self.done = <double*>malloc(max(n, 1) * sizeof(double))
         self.nxt = <long long*>malloc(max(n, 1) * sizeof(long long))
-        self.gen = longs(run.gen, n)
-        self.joined = longs(run.joined, n)
-        self.order = longs(run.order, n)
-        self.redo = <long long*>malloc(max(n, 1) * sizeof(long long))
         self.fin_buf = <long long*>malloc(max(n, 1) * sizeof(long long))
         if (self.need == NULL or self.total == NULL or self.done == NULL or self.nxt == NULL
-                or self.redo == NULL or self.fin_buf == NULL):
+                or self.fin_buf == NULL):
             raise MemoryError()
-        if run.redo:
-            raise ValueError("the compiled core starts from a fresh run")
-        memset(self.redo, 0, max(n, 1) * sizeof(long long))
+        if self.paged:  # (preemption's state)
+            self.gen = longs(run.gen, n)
+            self.joined = longs(run.joined, n)
+            self.order = longs(run.order, n)
+            self.redo = <long long*>malloc(max(n, 1) * sizeof(long long))
+            if self.redo == NULL:
+                raise MemoryError()
+            if run.redo:
+                raise ValueError("the compiled core starts from a fresh run")
+            memset(self.redo, 0, max(n, 1) * sizeof(long long))
+            self.seq_join, self.preempted = run.seq_join, run.preempted
         self.mm = run.mm
         if self.mm:
             self.enc_s = doubles(run.enc_s, n)
-        self.seq_join, self.preempted, self.starts = run.seq_join, run.preempted, run.starts
+        self.starts = run.starts
 
     cdef void write_back(self, double t, long long popped, Py_ssize_t i) except *:
-        """What PagedRun.go and result read: the replicas, the router, the counts."""
+        """What Run.go and result read: the replicas, the router, the counts."""
         cdef NRep rp
         cdef Py_ssize_t k
         run = self.py
@@ -1938,7 +1955,9 @@ cdef class NoDGCore(Loop):
         inflight = run.router.inflight
         for k in range(self.R):
             inflight[k] = self.inflight[k]
-        run.seq_join, run.preempted, run.starts = self.seq_join, self.preempted, self.starts
+        run.starts = self.starts
+        if self.paged:
+            run.seq_join, run.preempted = self.seq_join, self.preempted
         loop = self.loop
         loop.t = t
         loop.popped = popped
@@ -2057,20 +2076,22 @@ cdef class NoDGCore(Loop):
         cdef Py_ssize_t k = 0, j
         cdef NRep rp
         cdef Decode d
-        cdef double pre = self.pre_tok[q], tb
+        cdef double pre = self.pre_tok[q], tb, need = pre
         cdef long long sb
         for j in range(1, self.R):  # LeastInFlight.pick: the first of the fewest
             if self.inflight[j] < self.inflight[k]:
                 k = j
         self.inflight[k] += 1
         rp = <NRep>self.reps[k]
-        if pre > rp.kv_cap:  # IterationScheduler.queue: never fits (the prompt's KV only)
+        if not self.paged:  # Run.out_kv: the output's KV too (paged: the prompt's only)
+            need = pre + self.out_tok[q]
+        if need > rp.kv_cap:  # IterationScheduler.queue: never fits
             self.rejected.append(q)
             self.t_first[q] = INFINITY
             self.t_last[q] = INFINITY
             self.inflight[k] -= 1
             return 0
-        self.need[q] = pre
+        self.need[q] = need
         self.total[q] = pre
         self.done[q] = 0.0
         self.w_append(rp, q)
@@ -2098,13 +2119,13 @@ cdef class NoDGCore(Loop):
         return 0
 
     cdef int plan(self, Py_ssize_t k, NRep rp, double t) except -1:
-        """Planner.plan (no solo, no chunk runs, no batch waiting) with PagedDecode's
-        reserved and next_finish."""
+        """Planner.plan (no solo, no chunk runs, no batch waiting); paged, with
+        PagedDecode's reserved and next_finish."""
         cdef Decode d = rp.d
         cdef long long nd = d.n, n, s, room, sf
         cdef double tokens, sq, enc, ctx, dur, t_end, free_kv, tf
         if rp.w_len:
-            self.admit(rp, nd, d.S + nd * d.step)
+            self.admit(rp, nd, d.S + nd * d.step if self.paged else d.reserved)
         if rp.f_len:
             tokens = self.plan_chunks(rp, nd, &sq, &enc)
             if tokens > 0:
@@ -2125,15 +2146,15 @@ cdef class NoDGCore(Loop):
                 rp.ev_t = t_end
                 self.heap.push(t_end, PRIO_DONE, N_STEP, k, rp.ver)
                 return 0
-        if nd > 0:  # PagedDecode.next_finish
-            free_kv = rp.kv_cap - rp.reserved - (d.S + nd * d.step)
-            room = <long long>py_floordiv(free_kv, <double>nd)
-            if room < 1:
-                room = 1
-            sf = d.run[0].fin
-            s = d.step + room
-            if sf < s:
-                s = sf
+        if nd > 0:  # ReplicaDecode.next_finish (paged: PagedDecode's, within the KV)
+            s = sf = d.run[0].fin
+            if self.paged:
+                free_kv = rp.kv_cap - rp.reserved - (d.S + nd * d.step)
+                room = <long long>py_floordiv(free_kv, <double>nd)
+                if room < 1:
+                    room = 1
+                if d.step + room < sf:
+                    s = d.step + room
             tf = d.time_of(s - d.step)
             rp.ver += 1
             rp.ev_t = tf
@@ -2146,7 +2167,8 @@ cdef class NoDGCore(Loop):
         return 0
 
     cdef long long advance(self, NRep rp, double t, long long step) except -1:
-        """PagedDecode.advance: to boundary `step` at t; how many finished there."""
+        """ReplicaDecode.advance (PagedDecode's: with delivery): to boundary `step` at t;
+        how many finished there."""
         cdef Decode d = rp.d
         cdef long long m = step - d.step, n = d.n, cnt = 0, i
         cdef double t0 = d.t0, made = 0.0, f
@@ -2162,6 +2184,7 @@ cdef class NoDGCore(Loop):
             t_last[e.req] = t
             d.n -= 1
             d.S -= e.s
+            d.reserved -= e.kv  # (paged: 0.0, and never read)
             self.fin_buf[cnt] = e.req
             cnt += 1
         if rp.deliver:
@@ -2174,13 +2197,19 @@ cdef class NoDGCore(Loop):
         return cnt
 
     cdef int joins(self, Py_ssize_t k, NRep rp, long long q, double t) except -1:
-        """PagedRun.joins: q finished prefilling at t (a prompt, or a preempted request's
-        recompute)."""
+        """q finished prefilling at t: Run.step's joining prompt, its KV reserve moved to
+        the decode batch (ReplicaDecode.join); paged, PagedRun.joins (a prompt, or a
+        preempted request's recompute; no reserve)."""
         cdef Decode d = rp.d
-        cdef long long g = self.redo[q], left
-        cdef double tc, s_i
-        self.redo[q] = 0
-        tc = rp.one(t) if rp.deliver else t
+        cdef long long g = 0, left
+        cdef double tc = t, s_i, kv = 0.0
+        if self.paged:
+            g = self.redo[q]
+            self.redo[q] = 0
+            if rp.deliver:
+                tc = rp.one(t)
+        else:
+            kv = self.need[q]
         if not g:
             self.t_first[q] = tc
         left = self.out_tok[q] - g
@@ -2188,15 +2217,17 @@ cdef class NoDGCore(Loop):
             self.t_last[q] = tc
             self.inflight[k] -= 1
             return 0
-        self.gen[q] = g + 1
-        self.joined[q] = d.step
-        self.seq_join += 1
-        self.order[q] = self.seq_join
+        if self.paged:
+            self.gen[q] = g + 1
+            self.joined[q] = d.step
+            self.seq_join += 1
+            self.order[q] = self.seq_join
+            rp.prompts += self.pre_tok[q]
         s_i = (self.total[q] + 1.0) - d.step
-        d.run_push(d.step + left - 1, q, s_i, 0.0)
+        d.run_push(d.step + left - 1, q, s_i, kv)
         d.n += 1
         d.S += s_i
-        rp.prompts += self.pre_tok[q]
+        d.reserved += kv
         return 0
 
     cdef int make_room(self, NRep rp) except -1:
@@ -2219,8 +2250,8 @@ cdef class NoDGCore(Loop):
         return 0
 
     cdef int step(self, Py_ssize_t k, NRep rp, double t) except -1:
-        """PagedRun.step: rp's iteration ended at t (the prompts it finished join the decode
-        batch), or its decode stretch reached its target."""
+        """Run.step (paged: PagedRun.step): rp's iteration ended at t (the prompts it
+        finished join the decode batch), or its decode stretch reached its target."""
         cdef Decode d = rp.d
         cdef long long nfin = 0, q
         if rp.in_iter:
@@ -2236,7 +2267,8 @@ cdef class NoDGCore(Loop):
         else:
             nfin = self.advance(rp, t, rp.target)
         self.inflight[k] -= nfin  # Run.left (open loop)
-        self.make_room(rp)
+        if self.paged:
+            self.make_room(rp)
         self.plan(k, rp, t)
         return 0
 
@@ -2252,11 +2284,11 @@ cdef class NoDGCore(Loop):
         return 0
 
 
-def run_nodg(object paged_run):
-    """Run `paged_run` (a fresh hastune.sim.nodg.paged.PagedRun: open loop, arrays, no batch
-    waiting) to its end in compiled code."""
+def run_nodg(object nodg_run):
+    """Run `nodg_run` (a fresh hastune.sim.nodg.run.Run or PagedRun: open loop, arrays, no
+    batch waiting) to its end in compiled code: Run as with `ahead` off, event for event."""
     cdef NoDGCore core = NoDGCore()
-    core.setup(paged_run)
+    core.setup(nodg_run)
     core.loop_run()
 
 

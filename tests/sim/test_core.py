@@ -4,8 +4,9 @@ classes): the same simulation, so on generated recipes, configurations, loads, s
 bursts and paged pools that preempt, both give exactly the same run — every request's TTFT
 and TPOT to the last bit, the rejected, the events, the utilisations and the extras — and
 the same goodput search, probe for probe, with the stop rule and the continued probes'
-windows on. EPD runs (epd, epd-static), open-loop fudg runs and open-loop paged nodg runs
-take the core."""
+windows on. EPD runs (epd, epd-static), open-loop fudg runs and open-loop nodg runs without
+batch waiting (paged, or reserved KV: there the event-by-event run, `Run.ahead` off) take the
+core."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from hastune.sim import compiled
 from hastune.sim.epd import EPDSimulator
 from hastune.sim.fudg import FuDGSimulator
 from hastune.sim.nodg import NoDGSimulator
+from hastune.sim.nodg.run import Run as NoDGRun
 from hastune.sim.stoprule import StopRule
 from tests.generated import EPD_FAMILY, random_recipe, space
 from tests.sim.paged_kv import profile_with_kv, random_requests
@@ -330,8 +332,8 @@ def test_compiled_nodg_runs_are_the_reference_runs(seed, load, every, stop, engi
     same_runs(ev, cfg, every, stop, load)
 
 
-def _nodg_paged_case(kv: int, replicas: int, chunk: int | None):
-    prof = profile_with_kv(True, kv)
+def _nodg_paged_case(kv: int, replicas: int, chunk: int | None, paged: bool = True):
+    prof = profile_with_kv(paged, kv)
     cfg = parse_config({"architecture": "nodg", "tp": 2, "replicas": replicas,
                         "chunk_tokens": chunk})
     cluster = Cluster(gpu="a100-80gb", gpus=8)
@@ -369,19 +371,91 @@ def test_the_small_nodg_replicas_preempt_and_reject():
             assert ref.rejected > 0 and ref.extra["preemptions"] > 0
 
 
-def test_which_nodg_runs_take_the_core(monkeypatch):
-    """Closed-loop runs (benchmark clients), TensorRT-LLM's batch waiting and reserved KV
-    (`Run`, with its own shortcuts) stay on the Python path; an open-loop paged run takes the
-    core, and HASTUNE_SIM_CORE=python keeps it off."""
-    from hastune.sim.nodg import paged
+def _reserved_runs(make, reqs, rate: float) -> tuple:
+    """A reserved-KV nodg run of a fresh simulator from `make()`: compiled, Python event by
+    event (`Run.ahead` off) and Python with its shortcuts (the default). The compiled run is
+    the event-by-event one bit for bit, events included, and the default one but for its
+    (fewer) events."""
+    out = []
+    for core, ahead in (("compiled", True), ("python", False), ("python", True)):
+        sim = make()
+        sim.core, sim.reserved_core = core, True
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(NoDGRun, "ahead", ahead)
+            out.append(sim.run(reqs, rate))
+    fast, slow, dflt = out
+    f = fingerprint(fast)
+    assert f == fingerprint(slow)
+    assert f[:4] + f[5:] == (lambda g: g[:4] + g[5:])(fingerprint(dflt))  # (4: events)
+    return fast, slow, dflt
 
-    real, called = paged.core, []
+
+@SETTINGS(60)
+@given(seed=st.integers(0, 2**31 - 1), load=st.floats(0.2, 3.0), every=st.integers(1, 5),
+       stop=st.booleans(), terms=st.booleans(), par=st.sampled_from([(1, 1), (2, 1), (1, 2)]),
+       gpn=st.sampled_from([1, 8]), replicas=st.integers(1, 3),
+       chunk=st.sampled_from([None, 256, 512]))
+def test_compiled_reserved_nodg_runs_are_the_event_by_event_runs(seed, load, every, stop,
+                                                                terms, par, gpn, replicas,
+                                                                chunk):
+    """Generated nodg recipes (text and multimodal: the encode inline; Poisson and Gamma
+    arrivals) with TensorRT-LLM's engine terms or with the terms off (KV for prompt + output
+    reserved at admission), 1–3 replicas at TP 2 or PP 2, chunked or not, light to
+    overloaded, same-time bursts, with the stop rule or without: the compiled run is `Run`
+    with `ahead` off bit for bit, and the default run but for its events."""
+    rec = random_recipe(seed, ("nodg",), requests=(150, 400), evaluator=QUICK)
+    cfg = parse_config({"architecture": "nodg", "tp": par[0], "pp": par[1],
+                        "replicas": replicas, "chunk_tokens": chunk})
+    cluster = rec.cluster.model_copy(update={"gpus": cfg.gpus, "gpus_per_node": gpn})
+    eng = Engine(name="trtllm") if terms else Engine(name=rec.engine.name, terms=False)
+    rec = rec.model_copy(update={"engine": eng, "cluster": cluster})
+    ev = Evaluation(rec)
+    if not ev.runnable(cfg):
+        return
+    reqs = ev.requests
+    if every > 1:
+        i = np.arange(len(reqs))
+        reqs = dataclasses.replace(reqs, gaps=np.where(i % every == 0, reqs.gaps * every, 0.0))
+    sim = ev.simulator(cfg)
+    assert not sim.profile.kv_on_demand and not sim.compiled(reqs)  # (reserved_core off)
+    sim.reserved_core = True
+    assert sim.compiled(reqs)  # reserved, open loop: the core's
+    _reserved_runs(sims(ev, cfg, KEEP if stop else None), reqs, load * ev.start_rate(cfg))
+
+
+@SETTINGS(30)
+@given(seed=st.integers(0, 2**31 - 1), kv=st.integers(800, 40_000), r=st.integers(1, 3),
+       load=st.floats(0.5, 3.0), out_max=st.integers(3, 600),
+       chunk=st.sampled_from([None, 128, 512]))
+def test_reserved_nodg_replicas_short_of_kv_run_the_same(seed, kv, r, load, out_max, chunk):
+    """Reserved-KV replicas with little KV: requests wait for KV to free, and those whose
+    prompt + output can never fit are rejected."""
+    reqs = random_requests(300, seed, out_max)
+    _reserved_runs(_nodg_paged_case(kv, r, chunk, paged=False), reqs, load)
+
+
+def test_the_small_reserved_nodg_replicas_reject():
+    """What the test above draws reaches the rejections and the queueing for KV."""
+    reqs = random_requests(300, 1, 600)
+    for chunk in (None, 512):
+        fast, _, _ = _reserved_runs(_nodg_paged_case(1_500, 2, chunk, paged=False), reqs, 3.0)
+        assert 0 < fast.rejected < 300 and "preemptions" not in fast.extra
+
+
+def test_which_nodg_runs_take_the_core(monkeypatch):
+    """Closed-loop runs (benchmark clients) and TensorRT-LLM's batch waiting stay on the
+    Python path; open-loop paged runs take the core, and reserved-KV ones with
+    `reserved_core` on (off by default: their events would change); HASTUNE_SIM_CORE=python
+    (or `core`) keeps it off."""
+    from hastune.sim.nodg import run as nodg_run
+
+    real, called = nodg_run.core, []
 
     def run_nodg(run):
         called.append(run)
         real.run_nodg(run)  # type: ignore[union-attr]
 
-    monkeypatch.setattr(paged, "core", type("C", (), {"run_nodg": staticmethod(run_nodg)}))
+    monkeypatch.setattr(nodg_run, "core", type("C", (), {"run_nodg": staticmethod(run_nodg)}))
     sim = _nodg_paged_case(40_000, 1, 512)()
     closed = dataclasses.replace(random_requests(50, 3, 20), think_s=0.0)
     assert sim.run(closed, 4).completed > 0
@@ -392,9 +466,20 @@ def test_which_nodg_runs_take_the_core(monkeypatch):
     monkeypatch.delenv("HASTUNE_SIM_CORE")
     assert sim.run(random_requests(50, 3, 20), 1.0).completed > 0
     assert len(called) == 1
-    sim.profile = sim.profile.model_copy(update={"batch_wait": (4, 0.5)})
-    assert not sim.compiled(random_requests(50, 3, 20))
-    reserved = _nodg_paged_case(40_000, 1, 512)()
-    reserved.profile = reserved.profile.model_copy(update={"kv_on_demand": False})
+    reserved = _nodg_paged_case(40_000, 1, 512, paged=False)()
     assert reserved.run(random_requests(50, 3, 20), 1.0).completed > 0
-    assert len(called) == 1
+    assert len(called) == 1  # (reserved_core off: Python, with its shortcuts)
+    reserved.reserved_core = True
+    assert reserved.run(random_requests(50, 3, 20), 1.0).completed > 0
+    assert len(called) == 2 and called[0].paged and not called[1].paged
+    assert reserved.run(closed, 4).completed > 0
+    reserved.core = "python"
+    assert reserved.run(random_requests(50, 3, 20), 1.0).completed > 0
+    assert len(called) == 2
+    for s in (sim, reserved):
+        s.core = None
+        assert s.compiled(random_requests(50, 3, 20))
+        s.profile = s.profile.model_copy(update={"batch_wait": (4, 0.5)})
+        assert not s.compiled(random_requests(50, 3, 20))
+        assert s.run(random_requests(50, 3, 20), 1.0).completed > 0
+    assert len(called) == 2

@@ -36,6 +36,8 @@ def _kernels(rec):
 
 def _both(ev: Evaluation, spec: dict, rate: float, n: int, monkeypatch):
     sim = ev.simulator(parse_config(spec))
+    sim.core = "python"  # the shortcuts are the Python path's (the compiled core runs open
+    # loop event by event: tests/sim/test_core.py)
     reqs = ev.requests_at(rate, n)
     fast = sim.run(reqs, rate)
     monkeypatch.setattr(NoDGRun, "ahead", False)

@@ -38,6 +38,7 @@ def _tied(reqs, prompts: list[int], n: int):
 def test_same_instant_arrivals_share_the_first_iteration(ev, prompts, chunk, ahead):
     sim = ev.simulator(parse_config({"architecture": "nodg", "tp": 2, "replicas": 1,
                                      "chunk_tokens": chunk}))
+    sim.core = "python"  # (`ahead` is the Python path's; the compiled core's run is `ahead` off)
     reqs = _tied(ev.requests_at(1.0, 20), prompts, 20)
     old = NoDGRun.ahead
     NoDGRun.ahead = ahead
@@ -63,6 +64,7 @@ def test_poisson_arrivals_wake_no_replica_late(ev, monkeypatch):
     monkeypatch.setattr(NoDGRun, "wake", lambda s, *a: (calls.append(a), wake(s, *a)))
     sim = ev.simulator(parse_config({"architecture": "nodg", "tp": 2, "replicas": 4,
                                      "chunk_tokens": 2048}))
+    sim.core = "python"
     reqs = ev.requests_at(3.0, 60)
     fast = sim.run(reqs, 3.0)
     monkeypatch.setattr(NoDGRun, "ahead", False)

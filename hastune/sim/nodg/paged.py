@@ -27,7 +27,6 @@ tests/sim/test_core.py fails."""
 from __future__ import annotations
 
 from hastune.policies import Prompt
-from hastune.sim.compiled import core
 from hastune.sim.decode_paged import pop_newest
 from hastune.sim.instance import ReplicaDecode
 from hastune.sim.nodg.run import Run
@@ -86,10 +85,10 @@ class PagedRun(Run):
     run, event for event: tests/sim/test_core.py)."""
 
     ahead = False
+    paged = True
 
     def __init__(self, sim, reqs, rate: float, lists: bool = True):
         super().__init__(sim, reqs, rate, lists)
-        self.fast = not lists
         front = self.loop.feed.front
         self.deliver = front.delivers
         for rp in self.reps:
@@ -107,13 +106,6 @@ class PagedRun(Run):
         self.redo: dict[int, int] = {}  # preempted: tokens made, to recompute
         self.preempted = 0
         self.seq_join = 0
-
-    def go(self):
-        if not self.fast:
-            return super().go()
-        core.run_nodg(self)  # type: ignore[union-attr]
-        self.loop.popped -= self.starts
-        return self.result()
 
     def step(self, k: int, t: float) -> None:
         rp = self.reps[k]

@@ -15,6 +15,7 @@ import numpy as np
 
 from hastune.policies import BatchWait, IterationScheduler, LeastInFlight
 from hastune.sim.common import ARRIVE, EventLoop, build_result, request_lists
+from hastune.sim.compiled import core
 from hastune.sim.events import PRIO_DONE, PRIO_TIMER, SimulationError
 from hastune.sim.instance import InstanceTiming, ReplicaDecode
 from hastune.sim.nodg.plan import STEP, Planner
@@ -62,11 +63,15 @@ class Run(Planner):
     ahead = True  # plan what is already known at once (solo, chunk_run, arrivals) and run the
     # open loop here (run_open); False: every iteration and step boundary is an event, through
     # the shared loop (the reference tests/sim/test_nodg_runs.py uses)
+    paged = False  # KV on demand (PagedRun), for the compiled core
 
     def __init__(self, sim: NoDGSimulator, reqs: RequestSet, rate: float, lists: bool = True):
-        """`lists` False: the per-request numbers as arrays, for the compiled core (open loop:
-        PagedRun)."""
+        """`lists` False: the per-request numbers as arrays, and `go` runs in the compiled core
+        (open loop without batch waiting: NoDGSimulator.compiled): hastune.sim._core.run_nodg,
+        this run with `ahead` off, event for event — so the same timestamps and statistics as
+        with `ahead` on, and more events (tests/sim/test_core.py)."""
         self.wall0 = time.perf_counter()
+        self.fast = not lists
         self.sim, self.rate = sim, rate
         # one front end per replica (it streams)
         self.loop = loop = EventLoop(reqs, rate, streams=sim.config.replicas, lists=lists)
@@ -103,7 +108,9 @@ class Run(Planner):
         self.starts = 0  # start events popped (not counted as the run's events)
 
     def go(self) -> RunResult:
-        if self.closed or not self.ahead:  # (the reference: the shared loop)
+        if self.fast:  # the compiled core, as with `ahead` off
+            core.run_nodg(self)  # type: ignore[union-attr]
+        elif self.closed or not self.ahead:  # (the reference: the shared loop)
             self.loop.run_versioned(self.arrive, self.step, self.reps)
         else:
             self.run_open()

@@ -24,10 +24,13 @@ it. Same timestamps, fewer events (tests/sim/test_nodg_runs.py checks against on
 each). The run itself is hastune.sim.nodg.run (state, loop, handlers) and
 hastune.sim.nodg.plan (what each next iteration carries).
 
-With KV on demand (vLLM's and SGLang's engine terms: hastune.sim.nodg.paged, event by event)
-an open-loop run takes the compiled core where it was built (hastune.sim._core.run_nodg, the
-same run, event for event: tests/sim/test_core.py); closed-loop runs, TensorRT-LLM's batch
-waiting and the reserved-KV run above stay in Python (`NoDGSimulator.compiled`).
+An open-loop run without TensorRT-LLM's batch waiting takes the compiled core where it was
+built (hastune.sim._core.run_nodg; `NoDGSimulator.compiled`) with KV on demand (vLLM's and
+SGLang's engine terms: hastune.sim.nodg.paged, event by event): the same run, event for
+event. The core runs the reserved-KV run above too, as event by event (`Run.ahead` off): the
+same timestamps and statistics as its shortcuts, with more events (tests/sim/test_core.py);
+it takes it only with `NoDGSimulator.reserved_core` on (off: a run's `events` would change).
+Closed-loop runs and batch waiting stay in Python.
 """
 
 from __future__ import annotations
@@ -47,10 +50,13 @@ from hastune.workload import RequestSet
 
 class NoDGSimulator:
     """Simulates one nodg deployment; `run(requests, rate)` is deterministic. Open-loop paged
-    runs take the compiled core where it was built (`compiled`)."""
+    runs without batch waiting take the compiled core where it was built (`compiled`)."""
 
     stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
     core: str | None = None  # "python" or "compiled" for this simulator (None: core_name())
+    reserved_core = False  # reserved-KV runs take the compiled core too (`compiled`): off, as
+    # their events would change (the core runs them event by event; Run's shortcuts pop fewer):
+    # sim_snapshot's reference-cpu.yaml nodg runs, the same but for `events`
 
     def __init__(self, profile: Profile, cluster: Cluster, config: NoDGConfig,
                  warmup: float = 0.1, slo: SLO | None = None):
@@ -65,12 +71,15 @@ class NoDGSimulator:
             from hastune.sim.nodg.paged import PagedRun
 
             return PagedRun(self, reqs, rate, lists=not self.compiled(reqs)).go()
-        return Run(self, reqs, rate).go()
+        return Run(self, reqs, rate, lists=not self.compiled(reqs)).go()
 
     def compiled(self, reqs: RequestSet) -> bool:
-        """Whether a paged run of `reqs` takes the compiled core: where it was built (and
-        not HASTUNE_SIM_CORE=python or `core`), in open loop (closed-loop clients, the
-        benchmarks', stay in Python) and without TensorRT-LLM's batch waiting (not ported).
-        The reserved-KV run (`Run`, with its shortcuts) always runs in Python."""
+        """Whether a run of `reqs` takes the compiled core: paged (or reserved KV with
+        `reserved_core` on), where it was built (and not HASTUNE_SIM_CORE=python or `core`),
+        in open loop (closed-loop clients, the benchmarks', stay in Python) and without
+        TensorRT-LLM's batch waiting (not ported). The reserved-KV run there is `Run` with
+        `ahead` off, event for event: the timestamps and statistics of its Python shortcuts,
+        and more events."""
         waits = self.config.chunk_tokens is not None and self.profile.batch_wait[0] > 0
-        return (core_name(self.core) == "compiled" and reqs.think_s is None and not waits)
+        return ((self.profile.kv_on_demand or self.reserved_core)
+                and core_name(self.core) == "compiled" and reqs.think_s is None and not waits)
