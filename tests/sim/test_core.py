@@ -5,8 +5,8 @@ bursts and paged pools that preempt, both give exactly the same run — every re
 and TPOT to the last bit, the rejected, the events, the utilisations and the extras — and
 the same goodput search, probe for probe, with the stop rule and the continued probes'
 windows on. EPD runs (epd, epd-static), open-loop fudg runs and open-loop nodg runs without
-batch waiting (paged, or reserved KV: there the event-by-event run, `Run.ahead` off) take the
-core."""
+batch waiting (paged; reserved KV with NoDGSimulator.reserved_core on, as the event-by-event
+run, `Run.ahead` off: the default run but for its events) take the core."""
 
 from __future__ import annotations
 
