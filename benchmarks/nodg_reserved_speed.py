@@ -1,7 +1,7 @@
 """Speed of the reserved-KV nodg run (hastune.sim.nodg.run.Run: KV for prompt + output reserved
 at admission), which benchmarks/sim_speed.py's nodg rows (vLLM's paged terms) do not cover: the
-Python path (its shortcuts) against the compiled core (`NoDGSimulator.reserved_core` on: the run
-event by event), on TensorRT-LLM's open-loop recipe and on the long-prompt one with its engine
+Python path (its shortcuts; HASTUNE_SIM_CORE=python) against the compiled core (the run event by
+event), on TensorRT-LLM's open-loop recipe and on the long-prompt one with its engine
 terms off. Per path: the goodput, one `evaluate` (goodput search; best / median of 3), and
 simulated requests per second of one 2,000-request run at 80% of the goodput (best / median of
 --repeat), with its events.
@@ -12,6 +12,7 @@ simulated requests per second of one 2,000-request run at 80% of the goodput (be
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -20,7 +21,6 @@ from hastune.config import parse_config
 from hastune.evaluators.sim import Evaluation
 from hastune.model_ref import Engine
 from hastune.recipe import load_recipe
-from hastune.sim.nodg.simulator import NoDGSimulator
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [("trtllm-open-loop.yaml", True, {"tp": 1, "replicas": 8, "chunk_tokens": None}),
@@ -39,7 +39,7 @@ def main() -> None:
         ev = Evaluation(rec, requests=args.requests)
         cfg = parse_config({"architecture": "nodg", **spec})
         for path in ("python", "compiled"):
-            NoDGSimulator.reserved_core = path == "compiled"
+            os.environ["HASTUNE_SIM_CORE"] = path
             try:
                 evals = []
                 for _ in range(3):
@@ -57,7 +57,7 @@ def main() -> None:
                     run = sim.run(ev.requests, rate)
                     walls.append(time.perf_counter() - t0)
             finally:
-                NoDGSimulator.reserved_core = False
+                os.environ.pop("HASTUNE_SIM_CORE", None)
             n = len(ev.requests)
             print(f"{name} {spec} {path}: goodput {g.goodput_rps:.3f} req/s, "
                   f"{n / min(walls):,.0f} / {n / statistics.median(walls):,.0f} simulated req/s "

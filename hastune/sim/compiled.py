@@ -1,7 +1,7 @@
 """The simulator's compiled core (hastune/sim/_core.pyx, Cython, built by `pip install -e .`
 through setup.py): EPD runs (hastune.sim.epd), open-loop fudg runs (hastune.sim.fudg),
-open-loop paged nodg runs (hastune.sim.nodg.paged; reserved-KV ones, hastune.sim.nodg.run, as
-event by event, with NoDGSimulator.reserved_core on) and the stop rule's watcher
+open-loop nodg runs without batch waiting (hastune.sim.nodg.paged; reserved-KV ones,
+hastune.sim.nodg.run, event by event) and the stop rule's watcher
 (hastune.sim.stoprule) in C, the same results as their Python reference paths, which run where
 it was not built (no C compiler) or where HASTUNE_SIM_CORE=python asks for them
 (tests/sim/test_core.py compares the two)."""

@@ -5,8 +5,8 @@ bursts and paged pools that preempt, both give exactly the same run — every re
 and TPOT to the last bit, the rejected, the events, the utilisations and the extras — and
 the same goodput search, probe for probe, with the stop rule and the continued probes'
 windows on. EPD runs (epd, epd-static), open-loop fudg runs and open-loop nodg runs without
-batch waiting (paged; reserved KV with NoDGSimulator.reserved_core on, as the event-by-event
-run, `Run.ahead` off: the default run but for its events) take the core."""
+batch waiting (paged; reserved KV as the event-by-event run, `Run.ahead` off: the default
+run but for its events) take the core."""
 
 from __future__ import annotations
 
@@ -379,7 +379,7 @@ def _reserved_runs(make, reqs, rate: float) -> tuple:
     out = []
     for core, ahead in (("compiled", True), ("python", False), ("python", True)):
         sim = make()
-        sim.core, sim.reserved_core = core, True
+        sim.core = core
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(NoDGRun, "ahead", ahead)
             out.append(sim.run(reqs, rate))
@@ -417,9 +417,7 @@ def test_compiled_reserved_nodg_runs_are_the_event_by_event_runs(seed, load, eve
         i = np.arange(len(reqs))
         reqs = dataclasses.replace(reqs, gaps=np.where(i % every == 0, reqs.gaps * every, 0.0))
     sim = ev.simulator(cfg)
-    assert not sim.profile.kv_on_demand and not sim.compiled(reqs)  # (reserved_core off)
-    sim.reserved_core = True
-    assert sim.compiled(reqs)  # reserved, open loop: the core's
+    assert not sim.profile.kv_on_demand and sim.compiled(reqs)  # reserved, open loop: the core's
     _reserved_runs(sims(ev, cfg, KEEP if stop else None), reqs, load * ev.start_rate(cfg))
 
 
@@ -444,8 +442,7 @@ def test_the_small_reserved_nodg_replicas_reject():
 
 def test_which_nodg_runs_take_the_core(monkeypatch):
     """Closed-loop runs (benchmark clients) and TensorRT-LLM's batch waiting stay on the
-    Python path; open-loop paged runs take the core, and reserved-KV ones with
-    `reserved_core` on (off by default: their events would change); HASTUNE_SIM_CORE=python
+    Python path; open-loop paged and reserved-KV runs take the core; HASTUNE_SIM_CORE=python
     (or `core`) keeps it off."""
     from hastune.sim.nodg import run as nodg_run
 
@@ -467,9 +464,6 @@ def test_which_nodg_runs_take_the_core(monkeypatch):
     assert sim.run(random_requests(50, 3, 20), 1.0).completed > 0
     assert len(called) == 1
     reserved = _nodg_paged_case(40_000, 1, 512, paged=False)()
-    assert reserved.run(random_requests(50, 3, 20), 1.0).completed > 0
-    assert len(called) == 1  # (reserved_core off: Python, with its shortcuts)
-    reserved.reserved_core = True
     assert reserved.run(random_requests(50, 3, 20), 1.0).completed > 0
     assert len(called) == 2 and called[0].paged and not called[1].paged
     assert reserved.run(closed, 4).completed > 0

@@ -25,12 +25,11 @@ each). The run itself is hastune.sim.nodg.run (state, loop, handlers) and
 hastune.sim.nodg.plan (what each next iteration carries).
 
 An open-loop run without TensorRT-LLM's batch waiting takes the compiled core where it was
-built (hastune.sim._core.run_nodg; `NoDGSimulator.compiled`) with KV on demand (vLLM's and
-SGLang's engine terms: hastune.sim.nodg.paged, event by event): the same run, event for
-event. The core runs the reserved-KV run above too, as event by event (`Run.ahead` off): the
-same timestamps and statistics as its shortcuts, with more events (tests/sim/test_core.py);
-it takes it only with `NoDGSimulator.reserved_core` on (off: a run's `events` would change).
-Closed-loop runs and batch waiting stay in Python.
+built (hastune.sim._core.run_nodg; `NoDGSimulator.compiled`): with KV on demand (vLLM's and
+SGLang's engine terms: hastune.sim.nodg.paged, event by event) the same run, event for event;
+the reserved-KV run above event by event too (`Run.ahead` off), so the same timestamps and
+statistics as its shortcuts with more events (tests/sim/test_core.py). Closed-loop runs and
+batch waiting stay in Python.
 """
 
 from __future__ import annotations
@@ -54,9 +53,6 @@ class NoDGSimulator:
 
     stop_rule: StopRule | None = None  # set by the evaluator: stop runs that have failed
     core: str | None = None  # "python" or "compiled" for this simulator (None: core_name())
-    reserved_core = False  # reserved-KV runs take the compiled core too (`compiled`): off, as
-    # their events would change (the core runs them event by event; Run's shortcuts pop fewer):
-    # sim_snapshot's reference-cpu.yaml nodg runs, the same but for `events`
 
     def __init__(self, profile: Profile, cluster: Cluster, config: NoDGConfig,
                  warmup: float = 0.1, slo: SLO | None = None):
@@ -74,12 +70,10 @@ class NoDGSimulator:
         return Run(self, reqs, rate, lists=not self.compiled(reqs)).go()
 
     def compiled(self, reqs: RequestSet) -> bool:
-        """Whether a run of `reqs` takes the compiled core: paged (or reserved KV with
-        `reserved_core` on), where it was built (and not HASTUNE_SIM_CORE=python or `core`),
-        in open loop (closed-loop clients, the benchmarks', stay in Python) and without
-        TensorRT-LLM's batch waiting (not ported). The reserved-KV run there is `Run` with
-        `ahead` off, event for event: the timestamps and statistics of its Python shortcuts,
-        and more events."""
+        """Whether a run of `reqs` takes the compiled core: where it was built (and not
+        HASTUNE_SIM_CORE=python or `core`), in open loop (closed-loop clients, the benchmarks',
+        stay in Python) and without TensorRT-LLM's batch waiting (not ported). The reserved-KV
+        run there is `Run` with `ahead` off, event for event: the timestamps and statistics of
+        its Python shortcuts, and more events."""
         waits = self.config.chunk_tokens is not None and self.profile.batch_wait[0] > 0
-        return ((self.profile.kv_on_demand or self.reserved_core)
-                and core_name(self.core) == "compiled" and reqs.think_s is None and not waits)
+        return core_name(self.core) == "compiled" and reqs.think_s is None and not waits
