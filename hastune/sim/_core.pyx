@@ -514,6 +514,9 @@ cdef struct Pend:     # a waiting request: (request, ctx0, kv to reserve, output
     double reserve
     long long out
 
+cdef struct Queue:    # a FIFO of requests linked through an array (NoDGCore.nxt)
+    long long head, tail, n
+
 cdef inline bint run_lt(Run* x, Run* y) nogil:
     if x.fin != y.fin:
         return x.fin < y.fin
@@ -1753,7 +1756,7 @@ cdef class NRep:
     cdef double kv_cap, reserved, prefill_tokens
     cdef long long seats, chunk
     cdef bint chunked
-    cdef long long w_head, w_tail, w_len, f_head, f_tail, f_len
+    cdef Queue w, f                 # IterationScheduler.waiting, prefilling
     # Replica
     cdef bint active, in_iter, decodes, waking
     cdef long long ver, target, iters
@@ -1778,8 +1781,8 @@ cdef class NRep:
         self.kv_cap, self.reserved = sched.kv_cap, sched.reserved
         self.prefill_tokens = sched.prefill_tokens
         self.seats, self.chunk, self.chunked = sched.seats, sched.chunk, sched.chunked
-        self.w_head = self.w_tail = self.f_head = self.f_tail = -1
-        self.w_len = self.f_len = 0
+        self.w.head = self.w.tail = self.f.head = self.f.tail = -1
+        self.w.n = self.f.n = 0
         self.active, self.in_iter, self.decodes, self.waking = (rp.active, rp.in_iter,
                                                                  rp.decodes, rp.waking)
         self.ver, self.target, self.iters = rp.ver, rp.target, rp.iters
@@ -1963,46 +1966,30 @@ cdef class NoDGCore(Loop):
         loop.popped = popped
         loop.arrived = i
 
-    # -- the queues (IterationScheduler.waiting, prefilling) ---------------------------------
-    cdef inline void w_append(self, NRep rp, long long q):
+    # -- the queues (IterationScheduler.waiting, prefilling): linked through `nxt` (a request
+    # is in one of them at a time) ------------------------------------------------------------
+    cdef inline void q_append(self, Queue* qu, long long q):
         self.nxt[q] = -1
-        if rp.w_tail < 0:
-            rp.w_head = q
+        if qu.tail < 0:
+            qu.head = q
         else:
-            self.nxt[rp.w_tail] = q
-        rp.w_tail = q
-        rp.w_len += 1
+            self.nxt[qu.tail] = q
+        qu.tail = q
+        qu.n += 1
 
-    cdef inline void w_appendleft(self, NRep rp, long long q):
-        self.nxt[q] = rp.w_head
-        rp.w_head = q
-        if rp.w_tail < 0:
-            rp.w_tail = q
-        rp.w_len += 1
+    cdef inline void q_appendleft(self, Queue* qu, long long q):
+        self.nxt[q] = qu.head
+        qu.head = q
+        if qu.tail < 0:
+            qu.tail = q
+        qu.n += 1
 
-    cdef inline long long w_popleft(self, NRep rp):
-        cdef long long q = rp.w_head
-        rp.w_head = self.nxt[q]
-        if rp.w_head < 0:
-            rp.w_tail = -1
-        rp.w_len -= 1
-        return q
-
-    cdef inline void f_append(self, NRep rp, long long q):
-        self.nxt[q] = -1
-        if rp.f_tail < 0:
-            rp.f_head = q
-        else:
-            self.nxt[rp.f_tail] = q
-        rp.f_tail = q
-        rp.f_len += 1
-
-    cdef inline long long f_popleft(self, NRep rp):
-        cdef long long q = rp.f_head
-        rp.f_head = self.nxt[q]
-        if rp.f_head < 0:
-            rp.f_tail = -1
-        rp.f_len -= 1
+    cdef inline long long q_popleft(self, Queue* qu):
+        cdef long long q = qu.head
+        qu.head = self.nxt[q]
+        if qu.head < 0:
+            qu.tail = -1
+        qu.n -= 1
         return q
 
     # -- IterationScheduler ------------------------------------------------------------------
@@ -2010,13 +1997,13 @@ cdef class NoDGCore(Loop):
         """IterationScheduler.admit."""
         cdef double reserved = rp.reserved
         cdef long long q
-        while rp.w_len:
-            q = rp.w_head
-            if running + rp.f_len >= rp.seats or running_kv + reserved + self.need[q] > rp.kv_cap:
+        while rp.w.n:
+            q = rp.w.head
+            if running + rp.f.n >= rp.seats or running_kv + reserved + self.need[q] > rp.kv_cap:
                 break
-            self.w_popleft(rp)
+            self.q_popleft(&rp.w)
             reserved += self.need[q]
-            self.f_append(rp, q)
+            self.q_append(&rp.f, q)
         rp.reserved = reserved
 
     cdef double plan_chunks(self, NRep rp, long long running, double* sq_out, double* enc_out):
@@ -2024,7 +2011,7 @@ cdef class NoDGCore(Loop):
         moved on), with the Σ L² they add in sq_out and, multimodal, the inline encode of the
         prompts they start (Planner.iteration_s's sum, in the same order) in enc_out."""
         cdef double tokens = 0.0, sq = 0.0, enc = 0.0, budget, d0, d1, c
-        cdef long long q = rp.f_head
+        cdef long long q = rp.f.head
         if rp.chunked:
             budget = <double>(rp.chunk - running)
             while q >= 0:
@@ -2057,7 +2044,7 @@ cdef class NoDGCore(Loop):
                 break
             d0 = self.done[q]
             c = self.total[q] - d0
-            if c > budget and q != rp.f_head:
+            if c > budget and q != rp.f.head:
                 break  # a whole prompt over the budget runs alone
             d1 = self.done[q] = d0 + c
             if self.mm and d1 == c:
@@ -2094,7 +2081,7 @@ cdef class NoDGCore(Loop):
         self.need[q] = need
         self.total[q] = pre
         self.done[q] = 0.0
-        self.w_append(rp, q)
+        self.q_append(&rp.w, q)
         d = rp.d
         if not rp.active:
             rp.active = True
@@ -2124,9 +2111,9 @@ cdef class NoDGCore(Loop):
         cdef Decode d = rp.d
         cdef long long nd = d.n, n, s, room, sf
         cdef double tokens, sq, enc, ctx, dur, t_end, free_kv, tf
-        if rp.w_len:
+        if rp.w.n:
             self.admit(rp, nd, d.S + nd * d.step if self.paged else d.reserved)
-        if rp.f_len:
+        if rp.f.n:
             tokens = self.plan_chunks(rp, nd, &sq, &enc)
             if tokens > 0:
                 n = nd if rp.chunked else 0
@@ -2245,7 +2232,7 @@ cdef class NoDGCore(Loop):
             self.need[q] = self.pre_tok[q] + g
             self.total[q] = self.pre_tok[q] + g
             self.done[q] = 0.0
-            self.w_appendleft(rp, q)
+            self.q_appendleft(&rp.w, q)
             self.preempted += 1
         return 0
 
@@ -2260,8 +2247,8 @@ cdef class NoDGCore(Loop):
                 nfin = self.advance(rp, t, rp.target)
             else:
                 d.t0 = t
-            while rp.f_len and self.done[rp.f_head] >= self.total[rp.f_head]:  # pop_done
-                q = self.f_popleft(rp)
+            while rp.f.n and self.done[rp.f.head] >= self.total[rp.f.head]:  # pop_done
+                q = self.q_popleft(&rp.f)
                 rp.reserved -= self.need[q]
                 self.joins(k, rp, q, t)
         else:

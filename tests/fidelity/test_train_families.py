@@ -45,6 +45,14 @@ SCORED = [
 HOPPER_FP4 = ("nvidia/DeepSeek-R1-NVFP4", "b200_sxm", "nvfp4", "trtllm", "agg")
 
 
+def _write(path: Path, rows: list[dict]) -> Path:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, list(ROWS[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
 def _first(key) -> dict:
     for r in ROWS:
         if (r["model_path"], r["system"], r["gemm_quant_mode"], r["backend"], r["mode"]) == key \
@@ -60,10 +68,7 @@ def test_new_families_are_scored(tmp_path):
     rows = [_first(k) for k in SCORED] + [{**_first(HOPPER_FP4), "system": "h200_sxm",
                                            "id": "nvfp4-moved-to-h200"}]
     path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, list(ROWS[0]))
-        w.writeheader()
-        w.writerows(rows)
+    _write(path, rows)
     got = {r["id"]: r for r in shipped.score(path)["rows"]}
     for key, row in zip(SCORED, rows):
         r = got[row["id"]]
@@ -119,10 +124,7 @@ def test_agg_moe_layouts(tmp_path):
             _layout("1", "8", "1", "8"), _layout("16", "1", "4", "4"),
             _layout("8", "", "2", "4"), _layout("1", "4", "4", "1")]
     path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, list(ROWS[0]))
-        w.writeheader()
-        w.writerows(rows)
+    _write(path, rows)
     got = read_rows(path)
     assert got[0].case is not None and got[0].case.ep and got[0].case.tp == 8
     assert got[1].case is not None and not got[1].case.ep
@@ -142,10 +144,7 @@ def _read_one(tmp_path_factory, row: dict):
     from hastune.fidelity.rows import read_rows
 
     path = tmp_path_factory.mktemp("row") / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, list(ROWS[0]))
-        w.writeheader()
-        w.writerow(row)
+    _write(path, [row])
     (got,) = read_rows(path)
     return got
 
@@ -213,10 +212,7 @@ def test_a_disagg_row_with_attention_dp_ranks_is_scored(tmp_path):
                and r["prefill_moe_ep_size"] == r["prefill_attention_dp_size"]
                and r["decode_attention_dp_size"] in ("", "1"))
     path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, list(ROWS[0]))
-        w.writeheader()
-        w.writerow(row)
+    _write(path, [row])
     (r,) = shipped.score(path)["rows"]
     assert r["status"] == "scored", r["reason"]
     for k in ("ttft_ms", "tpot_ms"):
@@ -245,10 +241,7 @@ def test_the_fit_takes_attention_dp_rows_as_their_ranks(tmp_path):
 
     row = _layout("1", "8", "1", "8")
     path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, list(ROWS[0]))
-        w.writeheader()
-        w.writerows([row, {**row, "id": "dp64", "attention_dp_size": "64",
+    _write(path, [row, {**row, "id": "dp64", "attention_dp_size": "64",
                            "moe_ep_size": "64"}])
     cases = [r.case for r in read_rows(path)]
     assert [c.dp for c in cases] == [8, 64]
@@ -275,10 +268,7 @@ def test_a_system_of_the_kernel_database_is_its_gpu(tmp_path, system, gpu):
     rows = [{**base, "id": "agg", "system": system},
             {**dis, "id": "dis-b60", "system": "b60"}]
     path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, list(ROWS[0]))
-        w.writeheader()
-        w.writerows(rows)
+    _write(path, rows)
     got = {r["id"]: r for r in shipped.score(path)["rows"]}
     assert got["agg"]["status"] == "scored" and got["agg"]["gpu"] == gpu, got["agg"]["reason"]
     assert math.isfinite(got["agg"]["ttft_ms"]["simulated"])
