@@ -2006,55 +2006,51 @@ cdef class NoDGCore(Loop):
             self.q_append(&rp.f, q)
         rp.reserved = reserved
 
+    cdef inline void take(self, long long q, double c, double* sq, double* enc):
+        """A chunk of c tokens of prompt q in the iteration planned: its `done` moved on, the
+        Σ L² it adds and, where it starts a multimodal prompt, its inline encode."""
+        cdef double d0 = self.done[q]
+        cdef double d1 = d0 + c
+        self.done[q] = d1
+        if self.mm and d1 == c:
+            enc[0] += self.enc_s[q]
+        sq[0] += d1 * d1 - d0 * d0
+
     cdef double plan_chunks(self, NRep rp, long long running, double* sq_out, double* enc_out):
         """IterationScheduler.plan: the next iteration's prefill tokens (each prompt's `done`
         moved on), with the Σ L² they add in sq_out and, multimodal, the inline encode of the
         prompts they start (Planner.iteration_s's sum, in the same order) in enc_out."""
-        cdef double tokens = 0.0, sq = 0.0, enc = 0.0, budget, d0, d1, c
+        cdef double tokens = 0.0, budget, c
         cdef long long q = rp.f.head
+        sq_out[0] = 0.0
+        enc_out[0] = 0.0
         if rp.chunked:
             budget = <double>(rp.chunk - running)
             while q >= 0:
                 if budget <= 0:
                     break
-                d0 = self.done[q]
-                c = self.total[q] - d0
+                c = self.total[q] - self.done[q]
                 if c >= budget:
                     if c > budget:
                         c = budget
-                    d1 = self.done[q] = d0 + c
-                    if self.mm and d1 == c:
-                        enc += self.enc_s[q]
-                    sq_out[0] = sq + (d1 * d1 - d0 * d0)
-                    enc_out[0] = enc
+                    self.take(q, c, sq_out, enc_out)
                     return tokens + c
-                d1 = self.done[q] = d0 + c
-                if self.mm and d1 == c:
-                    enc += self.enc_s[q]
-                sq += d1 * d1 - d0 * d0
+                self.take(q, c, sq_out, enc_out)
                 tokens += c
                 budget -= c
                 q = self.nxt[q]
-            sq_out[0] = sq
-            enc_out[0] = enc
             return tokens
         budget = rp.prefill_tokens
         while q >= 0:
             if budget <= 0:
                 break
-            d0 = self.done[q]
-            c = self.total[q] - d0
+            c = self.total[q] - self.done[q]
             if c > budget and q != rp.f.head:
                 break  # a whole prompt over the budget runs alone
-            d1 = self.done[q] = d0 + c
-            if self.mm and d1 == c:
-                enc += self.enc_s[q]
-            sq += d1 * d1 - d0 * d0
+            self.take(q, c, sq_out, enc_out)
             tokens += c
             budget -= c
             q = self.nxt[q]
-        sq_out[0] = sq
-        enc_out[0] = enc
         return tokens
 
     # -- the handlers -------------------------------------------------------------------------
