@@ -1,8 +1,11 @@
 """`hastune fidelity CSV --cv model|gpu`: do the engine terms transfer? Leave-one-model-out
 (or leave-one-GPU-out) cross-validation of the terms as `hastune fidelity --write` fits them.
 
-For every model (GPU) of the file's aggregated rows that hastune can simulate, the terms are
-fitted on every other model's (GPU's) rows — by the same code and the same grouping as the
+A "model" is an architecture with every checkpoint of it in the file (score.architecture_of:
+DeepSeek-R1, DeepSeek-V3 and their NVFP4 quantisations are one model; so are an fp8 and a bf16
+Llama-3.1-8B): a checkpoint held out alone would leave its twin's rows, the same kernels, in
+the fit. For every model (GPU) of the file's aggregated rows that hastune can simulate, the
+terms are fitted on every other model's (GPU's) rows — by the same code and the same grouping as the
 shipped terms (hastune.fidelity.score.Fitter: `table`) — and that model's (GPU's) rows are
 simulated with them: with its (engine, GPU)'s terms where the training rows have that group,
 else with its engine's pooled ones (the engine's GPU with the most training rows), as a
@@ -70,6 +73,12 @@ def _run(path, by, models, only, progress, refine, prefill, share) -> dict[str, 
     tick = _ticker(progress, len(cases) * 5 * (1 + REFINE * (len(held) + 1)))
     fitter = Fitter(cases, models or {}, path, refine=refine, prefill=prefill, tick=tick,
                     strict=False, share=share)
+    if by == "model":  # a model with every checkpoint of its architecture (Fitter.architecture)
+        label: dict[str, set[str]] = {}
+        for c in fitter.cases:
+            label.setdefault(fitter.architecture(c), set()).add(c.model)
+        names = {a: " + ".join(sorted(m)) for a, m in label.items()}
+        key = lambda c: names[fitter.architecture(c)]  # noqa: E731
     held = sorted({key(c) for c in fitter.cases})
     if len(held) < 2:
         raise InputError(path, "--cv", f"the rows hastune can simulate hold one {by} only "

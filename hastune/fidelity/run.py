@@ -195,6 +195,65 @@ def rank_of(prof: Profile, n: int) -> Profile:
     return prof.for_dp(n) if moe or prof.dp_variants else prof.for_tp(1)
 
 
+def prefill_of(case: Case, prof: Profile) -> tuple[Profile, int]:
+    """The profile one of `case`'s prefilling instances runs on (`simulate`'s), and how many
+    prefill side by side: an aggregated run's replica (or its attention-DP ranks), a
+    disaggregated run's prefill workers (or their ranks)."""
+    p = case.pools
+    if p is None and case.dp > 1:
+        return rank_of(prof, case.dp), case.dp
+    if p is None:
+        cfg = NoDGConfig(architecture="nodg", replicas=1, tp=case.tp, pp=1,
+                         expert_parallel=case.ep)
+        return prof.for_parallel(case.tp, cfg.ep), 1
+    if p.prefill_dp > 1:
+        return rank_of(prof, p.prefill_dp), p.prefill_workers * p.prefill_dp
+    f = fudg_config(case)
+    return prof.for_parallel(f.prefill_tp, f.prefill_ep), p.prefill_workers
+
+
+# A measured run whose completions need more prefill than its GPUs' kernels can do: past this
+# many seconds of prefill per second per prefilling instance it is `overdrawn`
+PREFILL_BUSY_MAX = 1.0
+
+
+def overdrawn(case: Case, prof: Profile) -> str | None:
+    """Why `case`'s measurement cannot be a run of full prefills on `prof`'s kernels, or None.
+    Its clients complete clients / (TTFT + (osl − 1) · TPOT) requests a second (Little's law,
+    every client always holding a request: an upper bound on the rate), each with a prompt of
+    the row's lengths (its client's range: hastune.fidelity.harness). The least a prompt of L
+    tokens costs on the kernels is its tokens' and its attention's time, per_token · L +
+    per_token_sq · L² (the batch's fixed part shared, as in a mixed iteration:
+    hastune.sim.instance), with no engine terms (the kernel scales fitted are 0.76–1.05). Past
+    PREFILL_BUSY_MAX seconds of that per second per prefilling instance, the run cannot have
+    prefilled every prompt in full at the kernels' speed — prefix-cache hits (vLLM's and
+    SGLang's on by default), prompts shorter than the row records, or kernels faster than the
+    profile's — and a simulation, which prefills every prompt in full on those kernels, cannot
+    follow it (docs/fidelity.md)."""
+    tpot = case.tpot_ms if case.osl > 1 and np.isfinite(case.tpot_ms) else 0.0
+    life_s = (case.ttft_ms + (case.osl - 1) * tpot) / 1e3
+    if not (np.isfinite(life_s) and life_s > 0):
+        return None
+    pre, n = prefill_of(case, prof)
+    rate = case.clients / life_s
+    r = harness(case).range_ratio
+    lo = int(case.isl * r) if r < 1 else case.isl  # uniform ⌊r·L⌋ … L: its mean and E[L²]
+    mean = (lo + case.isl) / 2
+    sq = (lo * lo + lo * case.isl + case.isl ** 2) / 3
+    p = pre.prefill
+    each_s = p.per_token_s * mean + p.per_token_sq_s * sq
+    busy = rate * each_s / n
+    if busy <= PREFILL_BUSY_MAX:
+        return None
+    return (f"measured: {case.clients} clients at TTFT {case.ttft_ms:.0f} ms and TPOT "
+            f"{tpot:.2f} ms complete up to {rate:.1f} requests/s; the profile's kernels "
+            f"prefill a {mean:.0f}-token prompt in {each_s * 1e3:.1f} ms at best, so that "
+            f"needs {busy:.2f} s of prefill a second on each of {n} prefilling instance(s). "
+            f"The run cannot have prefilled every prompt in full at the kernels' speed "
+            f"(prefix-cache hits, shorter prompts than the row says, or faster kernels); "
+            f"hastune simulates full prefills on them")
+
+
 def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Recipe,
              seed: int = 0, steady: bool = False, clients: str | None = None) -> Simulated:
     """One closed-loop run of the case's deployment (nodg, one replica of tp GPUs, or one

@@ -17,7 +17,7 @@ from hastune import engine_terms as et
 from hastune.fidelity import fit as F
 from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Case, read_cases
-from hastune.fidelity.run import ROUNDS, rank_of, recipe_for, simulate
+from hastune.fidelity.run import ROUNDS, overdrawn, rank_of, recipe_for, simulate
 
 MIN_ROWS = 40   # the Done-when bar applies to engines with at least this many rows
 FOLDS = 4
@@ -132,6 +132,7 @@ class Fitter:
         self._sims: dict[int, tuple] = {}
         self._forms: dict[tuple, F.Form] = {}
         self._fits: dict[frozenset, np.ndarray] = {}
+        self._arch: dict[str, str] = {}  # model name → its architecture (`architecture`)
         profiles: dict[tuple, object] = {}
         for c in cases:
             try:
@@ -144,6 +145,11 @@ class Fitter:
                     rank_of(prof, c.dp)
                 else:  # the TP (and EP) the row needs
                     prof.for_parallel(c.tp, c.tp if c.ep else 1)
+                why = overdrawn(c, prof)
+                if why:  # a measurement no run of full prefills can follow
+                    raise InputError(path, f"line {c.line}: silicon_ttft_ms, silicon_tpot_ms",
+                                     why, "drop the row, or score the file with --shipped "
+                                     "or --cv, which leave such rows out with why")
             except (InputError, ValueError) as exc:
                 if strict:
                     raise
@@ -151,7 +157,15 @@ class Fitter:
                 continue
             sched = et.scheduler_defaults(c.engine, prof.memory.gpu_bytes / 2**30, c.gpu)
             self._sims[c.line] = (prof, rec, sched)
+            if c.model not in self._arch:
+                self._arch[c.model] = architecture_of(rec.model)
             self.cases.append(c)
+
+    def architecture(self, c: Case) -> str:
+        """The architecture `c`'s model shares with any other checkpoint of the same shape
+        (`architecture_of`): what `--cv model` holds out together, and what the "models"
+        sharing counts."""
+        return self._arch[c.model]
 
     def sched(self, c: Case) -> et.Scheduler:
         return self._sims[c.line][2]
@@ -242,7 +256,7 @@ class Fitter:
         elif self.share == "models":
             terms = {}
             for (e, g), m in sorted(groups.items()):
-                if len({c.model for c in m}) >= MIN_MODELS:
+                if len({self.architecture(c) for c in m}) >= MIN_MODELS:
                     terms[(e, g)] = self.fitted(m)
                 else:  # one model's rows: the engine's terms, fitted on all its rows
                     terms[(e, g)] = self.fitted([c for c in rows if c.engine == e])
@@ -317,6 +331,21 @@ class Table:
             th[3] = self.frontend.get(client(c), self.frontend[self.most])
             th[4] = self.stream.get((c.engine, client(c)), th[4])
         return th
+
+
+def architecture_of(config: str) -> str:
+    """A model's architecture, as the kernels see it: its config's model family and the shape
+    of its layers (layers, hidden size, heads, KV heads, head size, FFN, experts, experts per
+    token, an expert's FFN). Checkpoints of one architecture — DeepSeek-R1, DeepSeek-V3 and
+    their NVFP4 quantisations; an fp8 and a bf16 Llama-3.1-8B — run the same kernels at
+    their precision, so a cross-validation that holds one out holds them all out."""
+    from hastune.models.hf import load_model
+
+    arch = load_model(config)
+    llm = arch.llm
+    return (f"{arch.family}: {llm.layers}L "
+            f"{llm.hidden}h {llm.heads}/{llm.kv_heads}x{llm.head_dim} ffn{llm.ffn} "
+            f"{llm.experts}e{llm.experts_per_token}x{llm.moe_ffn}")
 
 
 def _group(card: Scorecard, scored: dict, g: tuple[str, str], members: list[Case],

@@ -29,7 +29,7 @@ from hastune import engine_terms as et
 from hastune.errors import InputError
 from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Row, read_rows
-from hastune.fidelity.run import recipe_for, simulate
+from hastune.fidelity.run import overdrawn, recipe_for, simulate
 
 
 def score(path: str | Path, models: dict[str, str] | None = None,
@@ -113,6 +113,9 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
             f"simulated: requests rejected, the KV room left beside the weights at TP "
             f"{c.tp} ({c.engine}'s memory share of the profile's {c.gpu}) does not hold "
             f"{c.isl} + {c.osl} tokens"), **measured}
+    why = overdrawn(c, prof)  # after the run: a prompt no KV room holds is said as that
+    if why:
+        return {**base, "gpu": c.gpu, "status": "unsupported", "reason": why, **measured}
     return {**base, "gpu": c.gpu, "status": "scored", "reason": note,
             "ttft_ms": {"measured": c.ttft_ms, "simulated": s.ttft_ms},
             "tpot_ms": {"measured": c.tpot_ms, "simulated": s.tpot_ms}}
@@ -141,6 +144,8 @@ def cause(reason: str) -> str:
         return "profile: no such tensor-parallel degree"
     if "attention-DP variant" in reason:  # a group larger than the tables' collectives
         return "profile: no such attention-DP group"
+    if reason.startswith("measured: ") and "cannot have prefilled" in reason:
+        return "measured: faster than the kernels prefill its prompts"
     if reason.startswith("simulated: requests rejected"):
         return "simulated: requests rejected (no KV room beside the weights)"
     reason = re.sub(r"^line \d+: ", "", reason)

@@ -126,12 +126,16 @@ def test_a_split_fit_finds_each_classes_kernel_scale_and_one_class_is_the_plain_
     assert all((t == F.fit(forms, mt, mp)).all() for t in one)
 
 
+ARCH = {"m1": "a", "m2": "a", "m3": "b"}
+
+
 def _stub_fitter(share: str):
     """A Fitter without profiles: `fitted(rows)` answers which rows it was given."""
     from hastune.fidelity.score import Fitter
 
     f = Fitter.__new__(Fitter)
     f.share = share
+    f._arch = ARCH  # m1 and m2: two checkpoints of one architecture
     f.fitted = lambda rows: tuple(sorted(c.line for c in rows))  # type: ignore[method-assign]
     return f
 
@@ -143,7 +147,8 @@ def _stub_fitter(share: str):
 def test_the_models_share_fits_a_gpu_alone_only_on_two_models(draw):
     """`--share models`: an (engine, GPU) whose rows come from at least two models gets terms
     fitted on its own rows; one whose rows are one model's gets its engine's, fitted on all
-    the engine's rows (that model on its other GPUs, and the other models)."""
+    the engine's rows (that model on its other GPUs, and the other models). Two checkpoints
+    of one architecture (m1, m2) are one model."""
     from hastune.fidelity.rows import Case
     from hastune.fidelity.score import MIN_MODELS
 
@@ -153,6 +158,23 @@ def test_the_models_share_fits_a_gpu_alone_only_on_two_models(draw):
     for (e, g), got in table.terms.items():
         mine = [c for c in cases if c.group == (e, g)]
         engine = [c for c in cases if c.engine == e]
-        alone = len({c.model for c in mine}) >= MIN_MODELS
+        alone = len({ARCH[c.model] for c in mine}) >= MIN_MODELS
         assert got == tuple(sorted(c.line for c in (mine if alone else engine)))
     assert set(table.terms) == {c.group for c in cases}
+
+
+def test_checkpoints_of_one_architecture_are_held_out_together(tmp_path):
+    """Llama-3.1-8B in bf16 and NVIDIA's fp8 checkpoint of it are one model to hold out: the
+    fold that holds it out fits on the 70B's rows only, so absurd (× 50) fp8 rows do not
+    reach it; held out alone, the bf16 checkpoint's fold would have fitted on them."""
+    fp8 = "nvidia/Llama-3.1-8B-Instruct-FP8"
+    sane = _write(tmp_path, "sane.csv", _rows(SMALL, 1) + _rows(fp8, 1) + _rows(LARGE, 4))
+    wild = _write(tmp_path, "wild.csv", _rows(SMALL, 1) + _rows(fp8, 1, times=50.0)
+                  + _rows(LARGE, 4))
+    a, b = cv.run(sane, "model"), cv.run(wild, "model")
+    eight = " + ".join(sorted([SMALL, fp8]))
+    for res in (a, b):
+        assert set(res["engines"]["vllm"]["models"]) == {eight, LARGE}
+        assert res["engines"]["vllm"]["models"][eight]["rows"] == 2 * len(SHAPES)
+    assert a["folds"][eight] == b["folds"][eight]  # the 8B's fold never saw the fp8 rows
+    assert a["folds"][LARGE] != b["folds"][LARGE]  # where they are trained on, they count

@@ -49,6 +49,10 @@ SPOIL = {
     # a prompt no instance's KV holds: simulated, every request is rejected (no latency to
     # score), which is said rather than scored
     "kv": ({"isl": "9000000"}, "simulated: requests rejected, the KV room left beside"),
+    # measured far faster than the kernels can prefill its prompts (hastune.fidelity.run.
+    # overdrawn): said rather than scored
+    "overdrawn": ({"silicon_ttft_ms": "0.01", "silicon_tpot_ms": "0.0001"},
+                  "cannot have prefilled every prompt in full"),
 }
 
 

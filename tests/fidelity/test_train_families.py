@@ -64,9 +64,16 @@ def _first(key) -> dict:
     raise LookupError(key)
 
 
+def _slowed(r: dict) -> dict:
+    """The row measured 10 × slower: what a family is read as is checked here, not its error,
+    and no row so slow is faster than its kernels can prefill (fidelity.run.overdrawn: the
+    FP8 Llama-8B's first row is, as measured)."""
+    return {**r, **{k: str(10 * float(r[k])) for k in ("silicon_ttft_ms", "silicon_tpot_ms")}}
+
+
 def test_new_families_are_scored(tmp_path):
-    rows = [_first(k) for k in SCORED] + [{**_first(HOPPER_FP4), "system": "h200_sxm",
-                                           "id": "nvfp4-moved-to-h200"}]
+    rows = [_slowed(_first(k)) for k in SCORED] + [{**_first(HOPPER_FP4), "system": "h200_sxm",
+                                                    "id": "nvfp4-moved-to-h200"}]
     path = tmp_path / "runs.csv"
     _write(path, rows)
     got = {r["id"]: r for r in shipped.score(path)["rows"]}
