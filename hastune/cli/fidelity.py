@@ -209,7 +209,7 @@ def _cv(measurements: Path, by: str, models: dict[str, str], engine: str | None,
                   "of median |error| / bias, %")
         for c in ("engine", by, "rows", "TTFT held out", "TPOT held out", "TTFT in-sample",
                   "TPOT in-sample"):
-            t.add_column(c)
+            t.add_column(c, overflow="fold")
 
         def two(b: dict | None, k: str) -> str:
             if b is None or b[f"{k}_median_abs_pct"] is None:
@@ -218,7 +218,8 @@ def _cv(measurements: Path, by: str, models: dict[str, str], engine: str | None,
 
         for e, b in res["engines"].items():
             for k, v in b[f"{by}s"].items():
-                t.add_row(e, k.split("/")[-1], str(v["rows"]), two(v["cv"], "ttft"),
+                short = " + ".join(n.split("/")[-1] for n in k.split(" + "))  # checkpoints
+                t.add_row(e, short, str(v["rows"]), two(v["cv"], "ttft"),
                           two(v["cv"], "tpot"), two(v["fit"], "ttft"), two(v["fit"], "tpot"))
             t.add_row(f"[b]{e}[/b]", f"mean of {b['cv']['held_out'] if b['cv'] else 0}",
                       str(b["rows"]), two(b["cv"], "ttft"), two(b["cv"], "tpot"),
