@@ -48,14 +48,16 @@ def fidelity(
                                  "them"),
     cv: str | None = typer.Option(None, "--cv", help="model | gpu: fit the terms (as "
                                   "--write would) on every model's (GPU's) rows but one's and "
-                                  "score that one's, for each; per engine the mean over "
+                                  "score that one's, for each (a model: an architecture with "
+                                  "all its checkpoints); per engine the mean over "
                                   "held-out models (GPUs) beside the in-sample fit "
                                   "(docs/fidelity.md)"),
     share: str | None = typer.Option(None, "--share", help="with --cv: how the terms are "
                                      "shared — gpu (a set per engine and GPU), engine (one "
                                      "per engine), kernel (one per engine, a kernel scale per "
                                      "GPU), models (a set per engine and GPU whose rows come "
-                                     "from two models or more, else the engine's), client, "
+                                     "from two architectures or more, else the engine's), "
+                                     "client, "
                                      "client-kernel, clients, clients-kernel "
                                      "(docs/fidelity.md); default: as the shipped terms are "
                                      "fitted"),

@@ -202,14 +202,12 @@ def prefill_of(case: Case, prof: Profile) -> tuple[Profile, int]:
     p = case.pools
     if p is None and case.dp > 1:
         return rank_of(prof, case.dp), case.dp
-    if p is None:
-        cfg = NoDGConfig(architecture="nodg", replicas=1, tp=case.tp, pp=1,
-                         expert_parallel=case.ep)
-        return prof.for_parallel(case.tp, cfg.ep), 1
+    if p is None:  # experts whole on each GPU (EP = TP) or split over the TP group (EP 1)
+        return prof.for_parallel(case.tp, case.tp if case.ep else 1), 1
     if p.prefill_dp > 1:
         return rank_of(prof, p.prefill_dp), p.prefill_workers * p.prefill_dp
-    f = fudg_config(case)
-    return prof.for_parallel(f.prefill_tp, f.prefill_ep), p.prefill_workers
+    return (prof.for_parallel(p.prefill_tp, p.prefill_tp if p.prefill_ep else 1),
+            p.prefill_workers)
 
 
 # A measured run whose completions need more prefill than its GPUs' kernels can do: past this

@@ -17,7 +17,7 @@ from hastune import engine_terms as et
 from hastune.fidelity import fit as F
 from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Case, read_cases
-from hastune.fidelity.run import ROUNDS, overdrawn, rank_of, recipe_for, simulate
+from hastune.fidelity.run import ROUNDS, overdrawn, prefill_of, recipe_for, simulate
 
 MIN_ROWS = 40   # the Done-when bar applies to engines with at least this many rows
 FOLDS = 4
@@ -141,10 +141,7 @@ class Fitter:
                 if key not in profiles:
                     profiles[key] = resolve_profile(rec, quiet=True)[0]
                 prof = profiles[key]
-                if c.dp > 1:  # the attention-DP rank the row needs (run.simulate)
-                    rank_of(prof, c.dp)
-                else:  # the TP (and EP) the row needs
-                    prof.for_parallel(c.tp, c.tp if c.ep else 1)
+                prefill_of(c, prof)  # the TP (and EP) or attention-DP rank the row needs
                 why = overdrawn(c, prof)
                 if why:  # a measurement no run of full prefills can follow
                     raise InputError(path, f"line {c.line}: silicon_ttft_ms, silicon_tpot_ms",
