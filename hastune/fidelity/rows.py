@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hastune.errors import InputError
+from hastune.fidelity import inferencex
 
 REQUIRED = ("backend", "model_path", "system", "mode", "isl", "osl", "batch_size", "tp_size",
             "silicon_ttft_ms", "silicon_tpot_ms")
@@ -277,16 +278,24 @@ def _disagg_case(row: dict, p: Path, line: int) -> Case:
     attention-DP, MoE TP × EP mixed in a pool, pipeline stages."""
     fields = _common(row, p, line)
     cell = {k: (v or "").strip() for k, v in row.items() if isinstance(k, str)}
-    if not cell.get("prefill_num_workers") or not cell.get("decode_num_workers"):
+    side: dict[str, dict[str, int]] = {}
+    if cell.get("prefill_num_workers") and cell.get("decode_num_workers"):
+        for s in ("prefill", "decode"):
+            # workers and TP must be given; an empty PP, attention-DP, MoE TP or EP is 1
+            side[s] = {k: int(_num(row, f"{s}_{k}", p, line, True))
+                       if cell.get(f"{s}_{k}") or k in ("num_workers", "tp_size") else 1
+                       for k in ("num_workers", "tp_size", "pp_size", "attention_dp_size",
+                                 "moe_tp_size", "moe_ep_size")}
+    elif inferencex.is_inferencex(cell.get("silicon_data_source", "")):
+        for s in ("prefill", "decode"):
+            _num(row, f"{s}_tp_size", p, line, True)
+        try:  # the pools as the config that ran the row lists them
+            side = inferencex.deployment(cell)
+        except inferencex.NotFound as exc:
+            raise Unmodelled(f"disagg: {exc}") from None
+    else:
         raise Unmodelled("disagg: no worker counts (prefill_num_workers / decode_num_workers "
                          "empty): the pools' sizes are not known")
-    side: dict[str, dict[str, int]] = {}
-    for s in ("prefill", "decode"):
-        # workers and TP must be given; an empty PP, attention-DP, MoE TP or EP is 1 (none)
-        side[s] = {k: int(_num(row, f"{s}_{k}", p, line, True))
-                   if cell.get(f"{s}_{k}") or k in ("num_workers", "tp_size") else 1
-                   for k in ("num_workers", "tp_size", "pp_size", "attention_dp_size",
-                             "moe_tp_size", "moe_ep_size")}
     for s, v in side.items():
         if v["pp_size"] != 1:
             raise Unmodelled(f"disagg: pipeline parallel not modelled ({s} PP {v['pp_size']})")

@@ -1,0 +1,265 @@
+"""A disaggregated InferenceX row's deployment, from the config that ran it (issue 36 items 1
+and 2): hastune.fidelity.inferencex and scripts/inferencex_deployments.py.
+
+- On generated tables of deployments and rows: a row finds the one deployment listed for its
+  model, precision, GPU, engine, lengths, concurrency and TPs in the week from its measurement,
+  as the pools fudg runs (attention-DP ranks or a TP group, workers, GPUs); a second listed
+  deployment, speculative decoding, a date outside the window, another TP or concurrency is
+  NotFound with the reason, counted under one cause by `--shipped`.
+- The builder, on a generated git history of the config, lists each deployment from the
+  commit that added it to the one that dropped it; the shipped table reads, and its rows are
+  deployments fudg can size.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hastune.fidelity import inferencex as ix
+from hastune.fidelity import shipped
+from hastune.fidelity.rows import Unmodelled, _disagg_case
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+GPUS = ["h100", "h200", "b200", "gb200"]
+SYSTEMS = {"h100": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "gb200": "gb200"}
+FRAMEWORKS = {"dynamo-trt": "trtllm", "dynamo-sglang": "sglang", "dynamo-vllm": "vllm"}
+
+
+@st.composite
+def deployments(draw) -> dict:
+    """One table row: a DeepSeek-R1 deployment listed from day a to day b (or still)."""
+    prec, gpu = draw(st.sampled_from(["fp4", "fp8"])), draw(st.sampled_from(GPUS))
+    fw = draw(st.sampled_from(sorted(FRAMEWORKS)))
+    a = draw(st.integers(0, 60))
+    b = draw(st.one_of(st.none(), st.integers(a + 1, 90)))
+    out = {"config": f"dsr1-{prec}-{gpu}-{fw}", "model": "m", "precision": prec,
+           "framework": fw, "isl": draw(st.sampled_from([1024, 8192])),
+           "osl": draw(st.sampled_from([1024, 8192])),
+           "concurrency": draw(st.sampled_from([1, 4, 64, 512])),
+           "spec_decoding": draw(st.sampled_from(["none", "none", "mtp"])),
+           "valid_from": T0 + dt.timedelta(days=a),
+           "valid_to": None if b is None else T0 + dt.timedelta(days=b)}
+    for s in ("prefill", "decode"):
+        tp = draw(st.sampled_from([1, 2, 4, 8]))
+        dp = draw(st.booleans()) and tp > 1
+        out |= {f"{s}_workers": draw(st.sampled_from([1, 2, 5, 12, 0])), f"{s}_tp": tp,
+                f"{s}_ep": tp if dp or draw(st.booleans()) else 1, f"{s}_dp_attn": dp}
+    return out
+
+
+def _row(d: dict, day: float) -> dict[str, str]:
+    """A file row of deployment `d`'s run measured on `day` (worker counts empty, its MoE
+    columns not the run's: as the InferenceX rows give them)."""
+    when = T0 + dt.timedelta(days=day)
+    return {"id": "x", "backend": FRAMEWORKS[d["framework"]], "model_path":
+            "deepseek-ai/DeepSeek-R1", "system": SYSTEMS[d["config"].split("-")[2]],
+            "precision": d["precision"], "mode": "disagg", "isl": str(d["isl"]),
+            "osl": str(d["osl"]), "gemm_quant_mode": "fp8_block", "batch_size": "",
+            "tp_size": "", "silicon_ttft_ms": "100", "silicon_tpot_ms": "10",
+            "prefill_num_workers": "", "decode_num_workers": "",
+            "prefill_tp_size": str(d["prefill_tp"]), "decode_tp_size": str(d["decode_tp"]),
+            "prefill_moe_ep_size": "1", "decode_moe_ep_size": "3",
+            "silicon_data_source": f"source_file=2026-04-06.csv; model=DeepSeek-R1; "
+                                   f"silicon_concurrency={d['concurrency']}; "
+                                   f"measured={when:%Y-%m-%dT%H:%M:%SZ}; wip=False"}
+
+
+def _listed(d: dict, day: float) -> bool:
+    when = T0 + dt.timedelta(days=day)
+    return d["valid_from"] <= when + ix.WINDOW and (d["valid_to"] is None
+                                                    or when < d["valid_to"])
+
+
+def _same_run(a: dict, b: dict) -> bool:
+    return all(a[k] == b[k] for k in ("config", "isl", "osl", "concurrency", "prefill_tp",
+                                      "decode_tp"))
+
+
+def _deployment(d: dict) -> tuple:
+    return (d["spec_decoding"], *(d[f"{s}_{k}"] for s in ("prefill", "decode")
+                                  for k in ("workers", "ep", "dp_attn")))
+
+
+@settings(max_examples=300, deadline=None)
+@given(table=st.lists(deployments(), min_size=1, max_size=6), pick=st.integers(0, 5),
+       day=st.floats(-10, 100))
+def test_a_row_finds_the_one_deployment_listed_for_it(table, pick, day):
+    d = table[pick % len(table)]
+    row = _row(d, day)
+    live = {_deployment(t) for t in table if _same_run(t, d) and _listed(t, day)}
+    try:
+        got = ix.deployment(row, tuple(table))
+    except ix.NotFound as exc:
+        reason = str(exc)
+        assert shipped.cause(f"disagg: {reason}") in {
+            "disagg: no worker counts, and InferenceX's configs list no such deployment",
+            "disagg: no worker counts, and InferenceX's configs list several deployments of "
+            "it: which one ran is not known", "disagg: speculative decoding not modelled",
+            "disagg: no worker counts, and InferenceX's config lists a pool of no workers"}
+        if not live:
+            assert "no such deployment" in reason
+        elif len(live) > 1:
+            assert "several deployments" in reason
+            assert reason.count(" prefill + ") == len(live)
+        elif next(iter(live))[0] != "none":
+            assert "speculative decoding" in reason
+        else:  # the one deployment has a pool of no workers
+            (only,) = live
+            assert "no workers" in reason and 0 in (only[1], only[4])
+        return
+    assert len(live) == 1 and next(iter(live))[0] == "none"
+    (want,) = [t for t in table if _same_run(t, d) and _listed(t, day)][:1]
+    assert min(want["prefill_workers"], want["decode_workers"]) >= 1
+    for s in ("prefill", "decode"):
+        g, tp, ep = got[s], want[f"{s}_tp"], want[f"{s}_ep"]
+        assert g["num_workers"] == want[f"{s}_workers"] and g["pp_size"] == 1
+        # the pool's GPUs per worker are the config's TP, as ranks or as one TP group
+        assert g["tp_size"] * g["attention_dp_size"] == tp
+        assert g["attention_dp_size"] == (tp if want[f"{s}_dp_attn"] else 1)
+        assert g["moe_ep_size"] == ep
+        if not want[f"{s}_dp_attn"]:
+            assert g["moe_tp_size"] * g["moe_ep_size"] == tp
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(d=deployments(), day=st.floats(0, 60))
+def test_a_found_deployment_runs_as_fudg_pools(monkeypatch, d, day):
+    """Through rows: the row's case has the config's workers, ranks and TPs, and the clients
+    its source states; or it is Unmodelled with the finder's reason."""
+    d = {**d, "valid_from": T0 + dt.timedelta(days=day), "valid_to": None}
+    monkeypatch.setattr(ix, "load", lambda path=ix.TABLE: (d,))
+    row = _row(d, day)
+    try:
+        case = _disagg_case(row, Path("runs.csv"), 2)
+    except Unmodelled as exc:
+        assert ("speculative decoding" in str(exc)) == (d["spec_decoding"] != "none")
+        assert ("no workers" in str(exc)) == (d["spec_decoding"] == "none")
+        return
+    assert d["spec_decoding"] == "none" and min(d["prefill_workers"], d["decode_workers"]) >= 1
+    p = case.pools
+    for s in ("prefill", "decode"):
+        dp = d[f"{s}_tp"] if d[f"{s}_dp_attn"] else 1
+        assert getattr(p, f"{s}_workers") == d[f"{s}_workers"]
+        assert getattr(p, f"{s}_dp") == dp
+        assert getattr(p, f"{s}_tp") == d[f"{s}_tp"] // dp
+        assert getattr(p, f"{s}_ep") == (dp == 1 and d[f"{s}_ep"] == d[f"{s}_tp"] > 1)
+    assert p.gpus == sum(d[f"{s}_workers"] * d[f"{s}_tp"] for s in ("prefill", "decode"))
+    assert case.clients == d["concurrency"]
+
+
+def test_a_row_from_elsewhere_still_needs_its_worker_counts():
+    row = _row(dict(config="dsr1-fp8-h200-dynamo-trt", framework="dynamo-trt",
+                    precision="fp8", isl=1024, osl=1024, concurrency=4, prefill_tp=8,
+                    decode_tp=8), 0)
+    row["silicon_data_source"] = "db-dump/2026-04-27; config_id=1"
+    with pytest.raises(Unmodelled, match="no worker counts .*empty"):
+        _disagg_case(row, Path("runs.csv"), 2)
+
+
+def test_the_shipped_table_reads_and_sizes_pools():
+    table = ix.load()
+    assert len(table) > 500
+    for r in table:
+        assert r["valid_to"] is None or r["valid_from"] < r["valid_to"]
+        assert r["framework"].removeprefix("dynamo-") in ix.ENGINES
+        assert r["config"].split("-")[0] in set(ix.PREFIXES.values())
+        for s in ("prefill", "decode"):
+            assert r[f"{s}_workers"] >= 0 and r[f"{s}_tp"] >= 1 and r[f"{s}_ep"] >= 1
+            side = ix._side(r, s)
+            assert side["tp_size"] * side["attention_dp_size"] == r[f"{s}_tp"]
+
+
+def _config(entries: list[tuple]) -> str:
+    """A master config listing `entries` ((name, isl, conc, prefill workers, decode
+    workers)) as InferenceX writes them."""
+    out: dict = {}
+    for name, isl, conc, pw, dw in entries:
+        e = out.setdefault(name, {"model": "m", "precision": name.split("-")[1],
+                                  "framework": "dynamo-trt", "disagg": True,
+                                  "seq-len-configs": []})
+        e["seq-len-configs"].append({"isl": isl, "osl": 1024, "search-space": [{
+            "conc-list": [conc], "prefill": {"num-worker": pw, "tp": 4, "ep": 4,
+                                             "dp-attn": True},
+            "decode": {"num-worker": dw, "tp": 8, "ep": 8, "dp-attn": False}}]})
+    out["agg-entry"] = {"model": "m", "disagg": False, "seq-len-configs": []}
+    return yaml.safe_dump(out)
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(history=st.lists(st.lists(st.tuples(
+    st.sampled_from(["dsr1-fp8-h200-dynamo-trt", "dsr1-fp4-b200-dynamo-trt"]),
+    st.sampled_from([1024, 8192]), st.sampled_from([4, 64]), st.integers(1, 3),
+    st.integers(1, 3)), max_size=4), min_size=1, max_size=4))
+def test_the_builder_lists_each_deployment_while_the_config_did(tmp_path_factory, history):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import inferencex_deployments as build
+
+    repo = tmp_path_factory.mktemp("ix")
+    run = dict(cwd=repo, check=True, capture_output=True)
+    subprocess.run(["git", "init", "-q"], **run)
+    path = repo / ".github" / "configs" / "nvidia-master.yaml"
+    path.parent.mkdir(parents=True)
+    for i, entries in enumerate(history):
+        path.write_text(_config(entries) + f"# version {i}\n")
+        when = f"2026-01-{i + 1:02d}T00:00:00+00:00"
+        subprocess.run(["git", "add", "-A"], **run)
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                        "-m", str(i)], **run, env={**os.environ, "GIT_COMMITTER_DATE": when,
+                                                    "GIT_AUTHOR_DATE": when})
+    rows = build.table(str(repo), "2026-02-01")
+    got = {}
+    for r in rows:
+        got.setdefault((r[0], r[4], r[6], r[8], r[12]), []).append((r[-2][:10], r[-1][:10]))
+    # each deployment of version i: listed from the first version of its run of versions
+    for key in {(n, isl, c, pw, dw) for v in history for (n, isl, c, pw, dw) in v}:
+        on = [i for i, v in enumerate(history) if key in v]
+        spans, start = [], None
+        for i in range(len(history) + 1):
+            if i in on and start is None:
+                start = i
+            if i not in on and start is not None:
+                spans.append((f"2026-01-{start + 1:02d}",
+                              f"2026-01-{i + 1:02d}" if i < len(history) else ""))
+                start = None
+        assert sorted(got.pop(key)) == sorted(spans)
+    assert not got  # nothing that was never listed, no agg entry
+    # what it writes reads back
+    out = tmp_path_factory.mktemp("out") / "t.csv"
+    with out.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(build.COLUMNS)
+        w.writerows(rows)
+    assert len(ix.load(out)) == len(rows)
+
+
+@settings(max_examples=100, deadline=None)
+@given(d=deployments(), eps=st.floats(0.001, 6.0))
+def test_the_window_is_the_week_from_the_measurement(d, eps):
+    """Listed from day a to day b: a run measured up to a week before a, or any time until b,
+    finds it; one measured at b or later, or more than a week before a, does not."""
+    d = {**d, "spec_decoding": "none", "prefill_workers": 1, "decode_workers": 1,
+         "valid_to": d["valid_to"] or d["valid_from"] + dt.timedelta(days=3)}
+    a = (d["valid_from"] - T0) / dt.timedelta(days=1)
+    b = (d["valid_to"] - T0) / dt.timedelta(days=1)
+    week = ix.WINDOW / dt.timedelta(days=1)
+    for day, found in ((a - week + min(eps, week) * 0.99, True), (b - min(eps, b - a) * 0.99,
+                                                                  True),
+                       (b + eps, False), (b, False), (a - week - eps, False)):
+        try:
+            ix.deployment(_row(d, day), (d,))
+            assert found, day
+        except ix.NotFound as exc:
+            assert not found and "no such deployment" in str(exc), (day, exc)
