@@ -112,7 +112,7 @@ class LatencyModel:
                      f"moe_tp {m.moe_tp}, moe_ep {m.moe_ep}")
             out["moe"] = (f"fused-MoE table ({shape}{self._moe_rows()})" if self._moe_key else
                           f"grouped GEMMs from the GEMM table (no moe table rows at {shape})")
-            if self.ep > 1:
+            if self.ep > self.tp:
                 a2a = self.dev.kernels.extra("nccl_alltoall")
                 out["all_to_all"] = ("NCCL all-to-all table" if a2a is not None and self.ep
                                      in a2a.gpu_counts else "all-reduce table (no all-to-all "
@@ -154,24 +154,39 @@ class LatencyModel:
             g[0], g[1], g[2] = g[0] + t, g[1] + ew, g[2] + kernels
 
         kvb = 1 if PRECISION[self.kv_cache] == "fp8" else 2
+        # an MoE layer's shared experts and its routed path (router, experts, all-to-all):
+        # in a decode step the engines run the two on separate CUDA streams (TensorRT-LLM's
+        # maybe_execute_in_parallel, SGLang's dual stream, vLLM's aux stream), so the layer
+        # takes the longer of them; in a prefill, one after the other
+        shared, routed = 0.0, 0.0
         for g in plan.gemms:
             if g.rows == "sequences" or (g.kind == "expert" and self._moe_key) or (
                     self._module and g.name in MLA_GEMMS):
                 continue
-            add(g.layers, self._gemm(g, tokens * self.dp if g.kind == "expert" else tokens,
-                                     seqs))
+            t = self._gemm(g, tokens * self.dp if g.kind == "expert" else tokens, seqs)
+            if g.name.startswith("shared_"):
+                shared = shared + t
+            elif g.kind == "expert" or g.name == "router":
+                routed = routed + t
+            else:
+                add(g.layers, t)
         moe_tokens = tokens * self.dp  # the tokens of the ranks the experts serve
         if self._moe_key:
             m = plan.moe
-            add(m.layers, d.moe(self._moe_key, moe_tokens / m.moe_ep))
+            routed = routed + d.moe(self._moe_key, moe_tokens)
         for c in plan.collectives:
             if c.kind == "all_reduce":
                 add(c.layers, c.calls * d.allreduce(c.gpus, tokens * c.bytes_per_token / BYTES))
             else:   # dispatch / combine of this GPU's share of the tokens
-                add(c.layers, c.calls * d.alltoall(
-                    c.gpus, moe_tokens / c.gpus * c.bytes_per_token / BYTES))
+                routed = routed + c.calls * d.alltoall(
+                    c.gpus, moe_tokens / c.gpus * c.bytes_per_token / BYTES)
+        if plan.moe is not None:
+            add(plan.moe.layers, np.maximum(shared, routed) if plan.phase == "decode"
+                else shared + routed)
         h, L = a.heads // tp, a.layers
-        if a.mla:
+        if a.mla and self._module:  # the block's norms, RoPE and KV write are in its table
+            add(L, ew=2 * 4 * a.hidden, kernels=2)         # 2 fused add+norm
+        elif a.mla:
             rope, lat = a.qk_rope_head_dim, a.kv_lora_rank + a.qk_rope_head_dim
             add(L, ew=2 * 4 * a.hidden + 2 * (a.q_lora_rank + a.kv_lora_rank)
                 + 2 * (h + 1) * rope + kvb * lat // 2, kernels=5)

@@ -11,8 +11,11 @@ hastune.calibrate.latency composes them. MLA (DeepSeek): the fused q_a + kv_a pr
 replicated, q_b / kv_b / o are TP-split; decode absorbs kv_b into per-head BMMs (q_nope →
 latent, latent → v) and attends over the latent, prefill expands the latent. MoE layer: a
 replicated router, `count` local experts each seeing m = tokens·top_k/experts rows (balanced
-routing), shared experts TP-split. With ep > 0 the experts are not TP-split (moe_tp = 1) and
-ep > tp means data-parallel attention across ep/tp groups.
+routing), shared experts TP-split. With ep > 0 the experts are not TP-split (moe_tp = 1). At
+ep = tp every GPU of the group holds every token: each runs its own experts on all of them and
+the layer's TP all-reduce sums their outputs (no all-to-all, as in the engines without
+attention-DP). ep > tp means data-parallel attention across ep/tp groups: each rank's tokens go
+to the experts' GPUs and back by all-to-all.
 """
 
 from __future__ import annotations
@@ -137,7 +140,7 @@ def layer_plan(a: LLMArch, tp: int = 1, ep: int = 0, phase: str = "prefill") -> 
         if a.shared_gate:
             gemms.append(Gemm("shared_gate", 1, a.hidden, L))
         moe = MoECall(L, a.hidden, a.moe_ffn, a.experts_per_token, a.experts, mt, me)
-        if ep > 1:
+        if ep > tp:  # attention-DP ranks: each sends its tokens to the experts' GPUs and back
             coll.append(Collective("all_to_all", ep, L, 2,
                                    2.0 * a.hidden * a.experts_per_token))
     gemms.append(Gemm("lm_head", a.vocab // tp, a.hidden, 1, rows="sequences"))

@@ -55,14 +55,15 @@ def test_mixtral_decode_sits_between_one_and_three_rooflines(source, calibration
     assert lm.composition()["moe"].startswith(expect)
 
 
-def test_expert_parallelism_moves_the_experts_and_adds_the_all_to_all():
+def test_expert_parallelism_moves_the_experts_without_an_all_to_all():
     """At ep = tp each GPU holds tp-th of the expert weights either way (weight bytes equal),
     but whole experts: the MoE call changes from (moe_tp tp, moe_ep 1) to (1, tp) over the
-    GPU's 1/ep share of the tokens, and two all-to-alls per MoE layer are added; attention
-    and its all-reduce do not change. So the step difference is exactly the MoE layers' kernel
-    difference plus the all-to-all, and at 8k prompt tokens, where the experts are compute-
-    bound, whole-width expert GEMMs are faster than TP-split ones (the table says so on H100:
-    ~0.85x at tp 2 for the MoE call)."""
+    tokens the GPU holds — every GPU of the group holds every token — and the layer's TP
+    all-reduce, there either way, sums the experts' outputs: no all-to-all (the engines
+    dispatch by all-to-all only between attention-DP ranks). Attention and its all-reduce do
+    not change. So the step and the prefill differ by exactly the MoE layers' kernel
+    difference at the tokens the GPU holds (the table's num_tokens, as aiconfigurator-core's
+    estimator reads it)."""
     arch, dev = model("mixtral-8x7b"), aic_device("h100-80gb")
     a = arch.llm
     for tp in (2, 4, 8):
@@ -70,13 +71,15 @@ def test_expert_parallelism_moves_the_experts_and_adds_the_all_to_all():
         assert epm.weight_bytes == pytest.approx(tpm.weight_bytes)
         key_tp = (a.hidden, a.moe_ffn, a.experts_per_token, a.experts, tp, 1)
         key_ep = (a.hidden, a.moe_ffn, a.experts_per_token, a.experts, 1, tp)
-        tokens = 64.0
-        a2a = 2 * dev.alltoall(tp, tokens / tp * a.hidden * a.experts_per_token)
-        moved = a.moe_layers * (dev.moe(key_ep, tokens / tp) - dev.moe(key_tp, tokens) + a2a)
-        got = float(epm.decode_step(64, 2048) - tpm.decode_step(64, 2048))
+        for tokens in (1.0, 64.0, 512.0):
+            moved = a.moe_layers * (dev.moe(key_ep, tokens) - dev.moe(key_tp, tokens))
+            got = float(epm.decode_step(tokens, 2048) - tpm.decode_step(tokens, 2048))
+            assert got == pytest.approx(float(moved), rel=1e-9, abs=1e-9)
+        assert "all_to_all" not in epm.composition()
+        assert not any(c.kind == "all_to_all" for c in epm._plans["decode"].collectives)
+        moved = a.moe_layers * (dev.moe(key_ep, 8192.0) - dev.moe(key_tp, 8192.0))
+        got = float(epm.prefill(1, 8192) - tpm.prefill(1, 8192))
         assert got == pytest.approx(float(moved), rel=1e-9, abs=1e-9)
-        assert float(a2a) > 0 and "all_to_all" in epm.composition()
-        assert float(epm.prefill(1, 8192)) < float(tpm.prefill(1, 8192))
     with pytest.raises(ValueError, match="ep"):
         LatencyModel(arch, dev, 2, ep=3)        # not a multiple of tp
     with pytest.raises(ValueError, match="ep"):
@@ -89,9 +92,10 @@ def test_attention_dp_times_one_rank_with_the_experts_over_the_group():
     """ep = n at tp 1: n attention-DP ranks, one timed. Its attention and dense layers are a
     TP-1 instance's; each GPU holds 1/n of the experts whole and runs them on every rank's
     share of its tokens — n ranks × b tokens × k / E per expert, i.e. the MoE table at
-    (moe_tp 1, moe_ep n) for b tokens per rank — plus the dispatch and combine all-to-all of
-    b tokens. So against TP 1 (experts all local) the step moves by exactly that, the weight
-    bytes drop by the (n − 1)/n of the experts left on other GPUs, the KV bytes stay."""
+    (moe_tp 1, moe_ep n) for the n × b tokens its experts serve — plus the dispatch and
+    combine all-to-all of b tokens. So against TP 1 (experts all local) the step moves by
+    exactly that, the weight bytes drop by the (n − 1)/n of the experts left on other GPUs,
+    the KV bytes stay."""
     arch, dev = model("mixtral-8x7b"), aic_device("h100-80gb")
     a = arch.llm
     one = LatencyModel(arch, dev, 1)
@@ -104,7 +108,7 @@ def test_attention_dp_times_one_rank_with_the_experts_over_the_group():
             key_dp = (a.hidden, a.moe_ffn, a.experts_per_token, a.experts, 1, n)
             key_1 = (a.hidden, a.moe_ffn, a.experts_per_token, a.experts, 1, 1)
             a2a = 2 * dev.alltoall(n, b * a.hidden * a.experts_per_token)
-            moved = a.moe_layers * (dev.moe(key_dp, b) - dev.moe(key_1, b) + a2a)
+            moved = a.moe_layers * (dev.moe(key_dp, n * b) - dev.moe(key_1, b) + a2a)
             got = float(dp.decode_step(b, 2048) - one.decode_step(b, 2048))
             assert got == pytest.approx(float(moved), rel=1e-9, abs=1e-9), (n, b)
 
@@ -243,3 +247,51 @@ def test_attention_dp_variants_take_the_engine_terms_and_are_validated():
                                        if k != "memory"}}}
     with pytest.raises(ValueError, match="dp_variants"):
         Profile.model_validate(bad)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(["deepseek-v3", "mixtral-8x7b", "qwen3-30b-a3b"]),
+       ep=st.sampled_from([1, 8]), n=st.floats(1, 512), context=st.floats(16, 16384))
+def test_a_decode_step_overlaps_the_shared_experts_with_the_routed_path(name, ep, n, context):
+    """In a decode step an MoE layer's shared experts run beside its routed path (router,
+    experts, all-to-all): the step is the one-after-the-other composition (the prefill's)
+    less, per MoE layer, the shorter of the two; a model without shared experts is unchanged."""
+    from dataclasses import replace
+
+    arch = model(name)
+    lm = LatencyModel(arch, aic_device("h200-141gb", "fp8" if name == "deepseek-v3"
+                                       else "bf16"), 8, ep)
+    plan, t = lm._plans["decode"], np.array([n])
+    shared = sum((lm._gemm(g, t, t) for g in plan.gemms if g.name.startswith("shared_")),
+                 np.zeros(1))
+    routed = sum((lm._gemm(g, t, t) for g in plan.gemms if g.kind == "expert"
+                  and not lm._moe_key or g.name == "router"), np.zeros(1))
+    if lm._moe_key:
+        routed = routed + lm.dev.moe(lm._moe_key, t)
+    assert not any(c.kind == "all_to_all" for c in plan.collectives)  # ep ≤ tp here
+
+    def total(p) -> float:
+        return sum(float(g[0][0]) * k for k, g in lm._groups(p, t, t).items())
+
+    overlapped, serial = total(plan), total(replace(plan, phase="prefill"))
+    saved = plan.moe.layers * float(np.minimum(shared, routed)[0])
+    assert overlapped == pytest.approx(serial - saved, rel=1e-9, abs=1e-12)
+    if not arch.llm.shared_ffn:
+        assert saved == 0.0
+    else:
+        assert saved > 0.0
+
+
+def test_an_mla_block_table_holds_its_norms_rope_and_kv_write():
+    """Where the MLA block is timed whole (mla_*_module tables), its q/kv norms, RoPE and KV
+    write are in the table: outside it each layer adds its two fused add+norms only; timed from
+    GEMMs, the block's own element-wise kernels are added too."""
+    arch = model("deepseek-v3")
+    a = arch.llm
+    for precision, module in (("fp8", True), ("bf16", None)):
+        lm = LatencyModel(arch, aic_device("h200-141gb", precision), 8, 8)
+        if module is not None:
+            assert lm._module is module
+        t = np.array([4.0])
+        _, ew, kernels = lm._groups(lm._plans["decode"], t, t)[a.layers]
+        assert (ew == 8 * a.hidden and kernels == 2) == lm._module, (ew, kernels)
