@@ -27,7 +27,10 @@ MLA (DeepSeek-V2/V3): where the source has the engines' MLA-block tables (mla_*_
 and TensorRT-LLM) and the model has DeepSeek-V3's MLA shape, the whole block (projections and
 attention) is looked up there; else its GEMMs are timed from the GEMM table and attention on
 the latent: prefill as multi-head attention on the expanded latent, decode as one latent KV
-head of kv_lora_rank + qk_rope_head_dim against every query head.
+head of kv_lora_rank + qk_rope_head_dim against every query head. DSA (GLM-5, DeepSeek-V3.2):
+each query attends to its index_topk keys — prefill timed as a window of that many keys,
+decode over min(context, topk) — and the indexer's index_heads × index_head_dim query scores
+every earlier token against its one key (the attention tables, one KV head).
 
 Precision is the device's source's: GEMMs (and the MoE table) in its GEMM dtype, attention with
 its KV-cache dtype; weight and KV bytes follow (hastune.models.spec: fp8 covers the linear
@@ -88,8 +91,10 @@ class LatencyModel:
         if m is not None and a.gated:
             key = (m.hidden, m.inter, m.topk, m.experts, m.moe_tp, m.moe_ep)
             self._moe_key = key if device.has_moe(key) else None
-        self._module = (a.mla and (a.hidden, a.q_lora_rank, a.kv_lora_rank, a.qk_rope_head_dim,
-                                   a.qk_nope_head_dim, a.v_head_dim) == V3_MLA
+        # the MLA-block tables time dense MLA: a DSA model's sparse block is composed instead
+        shape = (a.hidden, a.q_lora_rank, a.kv_lora_rank, a.qk_rope_head_dim,
+                 a.qk_nope_head_dim, a.v_head_dim)
+        self._module = (a.mla and not a.dsa and shape == V3_MLA
                         and all(device.kernels.extra(k) is not None
                                 for k in MLA_MODULE.values()))
 
@@ -243,6 +248,12 @@ class LatencyModel:
             if self._module:
                 attn = a.layers * d.mla_module(MLA_MODULE["prefill"], np.column_stack(
                     [b.ravel(), s.ravel(), np.full(b.size, h)])).reshape(b.shape)
+            elif a.dsa:  # each query on its top-k keys, as a window of k; plus the indexer
+                k = float(a.index_topk)
+                attn = a.layers * (d.context_attention(
+                    b, np.minimum(s, k), h, h, a.qk_nope_head_dim + a.qk_rope_head_dim)
+                    * np.where(s > k, 2 * s / k - 1, 1.0)
+                    + d.context_attention(b, s, a.index_heads, 1, a.index_head_dim))
             else:      # multi-head attention on the expanded latent
                 attn = a.layers * d.context_attention(
                     b, s, h, h, a.qk_nope_head_dim + a.qk_rope_head_dim)
@@ -267,7 +278,11 @@ class LatencyModel:
                     [n.ravel(), np.full(n.size, h), c.ravel()])).reshape(n.shape)
             else:      # absorbed: every query head against one latent KV head
                 attn = a.layers * d.generation_attention(
-                    n, h, 1, a.kv_lora_rank + a.qk_rope_head_dim, c)
+                    n, h, 1, a.kv_lora_rank + a.qk_rope_head_dim,
+                    np.minimum(c, float(a.index_topk)) if a.dsa else c)
+                if a.dsa:  # the indexer scores every cached token
+                    attn = attn + a.layers * d.generation_attention(
+                        n, a.index_heads, 1, a.index_head_dim, c)
             return self._llm_dense(n, n, "decode") + attn
         full, local = self._attn_layers()
         attn = full * d.generation_attention(n, h, kv, a.head_dim, c)

@@ -1,6 +1,6 @@
 """The LLM of a Hugging Face config: dense decoders (Llama, Mistral, Qwen2/3, Gemma 1/2/3,
-Phi-3) and MoE decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 with MLA, MiniMax-M2,
-gpt-oss)."""
+Phi-3) and MoE decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 with MLA, DeepSeek-V3.2
+and GLM-5 with MLA and DSA, MiniMax-M2, gpt-oss)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ DENSE = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3
          "gemma": True, "gemma2": True, "gemma3_text": True, "qwen2_5_vl_text": False,
          "qwen2_vl_text": False, "internlm2": False}
 MOE = {"mixtral": False, "qwen2_moe": False, "qwen3_moe": False, "deepseek_v2": False,
-       "deepseek_v3": False, "kimi_k2": False, "minimax_m2": False, "gpt_oss": False}
-MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")  # Kimi K2: DeepSeek-V3's architecture
+       "deepseek_v3": False, "kimi_k2": False, "minimax_m2": False, "gpt_oss": False,
+       "deepseek_v32": False, "glm_moe_dsa": False}
+# Kimi K2: DeepSeek-V3's architecture; DeepSeek-V3.2 and GLM-5: it with DSA
+MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa")
+DSA_TYPES = ("deepseek_v32", "glm_moe_dsa")
 DECODERS = {**DENSE, **MOE}
 
 # the most parameters a model may have (the largest published ones have about 2 × 10^12)
@@ -173,6 +176,9 @@ def read_llm(c: Cfg, model_type: str, tie_default: bool | None = None,
         fields.update(_moe(c, model_type, layers, hidden))
     if model_type in MLA_TYPES:
         fields.update(_mla(c))
+    if model_type in DSA_TYPES:
+        fields.update(index_topk=c.int("index_topk"), index_heads=c.int("index_n_heads"),
+                      index_head_dim=c.int("index_head_dim"))
     llm = LLMArch(**fields)
     if not llm.params <= MAX_PARAMS:
         raise c.error("num_hidden_layers", f"{layers:,} layers of hidden size {hidden:,} make "

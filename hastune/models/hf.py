@@ -132,7 +132,7 @@ def _model_type(c: Cfg, allowed, default: str | None = None) -> str:
 
 def _family(mt: str, llm, encoder) -> str:
     kind = "MoE" if llm.moe else "dense"
-    parts = [kind] + (["MLA"] if llm.mla else []) + (
+    parts = [kind] + (["MLA"] if llm.mla else []) + (["DSA"] if llm.dsa else []) + (
         ["sliding window"] if llm.sliding_layers else [])
     text = f"{mt} ({', '.join(parts)})"
     return text + (" + encoder" if encoder is not None else "")

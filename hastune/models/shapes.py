@@ -9,7 +9,9 @@ tensor-parallel degree `tp` and expert-parallel degree `ep`, laid out as vLLM do
 Dense layer: qkv (n = (heads/tp + 2·kv/tp)·head_dim, k = hidden), o, gate_up, down, as
 hastune.calibrate.latency composes them. MLA (DeepSeek): the fused q_a + kv_a projection is
 replicated, q_b / kv_b / o are TP-split; decode absorbs kv_b into per-head BMMs (q_nope →
-latent, latent → v) and attends over the latent, prefill expands the latent. MoE layer: a
+latent, latent → v) and attends over the latent, prefill expands the latent; DSA adds the
+indexer's projections (replicated: query from the q latent, key and per-head weights from the
+hidden state). MoE layer: a
 replicated router, `count` local experts each seeing m = tokens·top_k/experts rows (balanced
 routing), shared experts TP-split. With ep > 0 the experts are not TP-split (moe_tp = 1). At
 ep = tp every GPU of the group holds every token: each runs its own experts on all of them and
@@ -104,6 +106,10 @@ def _attention_gemms(a: LLMArch, tp: int, phase: str) -> list[Gemm]:
     else:
         out.append(Gemm("kv_b", h * (a.qk_nope_head_dim + a.v_head_dim), lat, L))
     out.append(Gemm("o", a.hidden, h * a.v_head_dim, L))
+    if a.dsa:  # the indexer, replicated on every GPU of the group
+        out += [Gemm("index_q", a.index_heads * a.index_head_dim, a.q_lora_rank, L),
+                Gemm("index_k", a.index_head_dim, a.hidden, L),
+                Gemm("index_weights", a.index_heads, a.hidden, L)]
     return out
 
 

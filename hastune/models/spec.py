@@ -67,6 +67,12 @@ class LLMArch:
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
     mtp_layers: int = 0             # DeepSeek's multi-token-prediction layers (not counted)
+    # DSA (DeepSeek Sparse Attention: GLM-5, DeepSeek-V3.2): a lightning indexer (index_heads
+    # of index_head_dim, one fp8 key per token cached) scores every earlier token, and each
+    # query attends to its `index_topk` best (0: dense attention)
+    index_topk: int = 0
+    index_heads: int = 0
+    index_head_dim: int = 0
     checkpoint_precision: str = "bf16"   # the published weights (quantization_config)
 
     # --- structure -------------------------------------------------------------------------
@@ -77,6 +83,18 @@ class LLMArch:
     @property
     def mla(self) -> bool:
         return self.kv_lora_rank > 0
+
+    @property
+    def dsa(self) -> bool:
+        return self.index_topk > 0
+
+    def indexer_params(self) -> int:
+        """One layer's DSA indexer: its query projection from the q latent, its key projection
+        and norm, its per-head weights from the hidden state (0 without DSA)."""
+        if not self.dsa:
+            return 0
+        d, n = self.index_head_dim, self.index_heads
+        return self.q_lora_rank * n * d + self.hidden * d + 2 * d + self.hidden * n
 
     @property
     def moe_layers(self) -> int:
@@ -92,7 +110,7 @@ class LLMArch:
                  if self.q_lora_rank else h * self.heads * qk)
             kv = (h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
                   + self.kv_lora_rank * self.heads * (self.qk_nope_head_dim + self.v_head_dim))
-            return q + kv + self.heads * self.v_head_dim * h
+            return q + kv + self.heads * self.v_head_dim * h + self.indexer_params()
         qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
         p = h * qkv + self.heads * self.head_dim * h
         if self.qkv_bias:
@@ -151,7 +169,8 @@ class LLMArch:
         covers); the rest — embeddings, LM head, norms, routers — stays bf16."""
         norms = self.norms_per_layer * self.hidden + (2 * self.head_dim if self.qk_norm else 0)
         router = self.hidden * self.experts + (self.hidden if self.shared_gate else 0)
-        mla_norms = (self.q_lora_rank + self.kv_lora_rank) if self.mla else 0
+        mla_norms = (self.q_lora_rank + self.kv_lora_rank + 2 * self.index_head_dim) \
+            if self.mla else 0
         bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
         rest = (self.layers * (norms + mla_norms + bias) + self.moe_layers * router
                 + self.embedding_params() + (self.hidden if self.final_norm else 0))
@@ -165,10 +184,12 @@ class LLMArch:
     def kv_bytes_per_token(self, tp: int = 1, precision: str = "bf16") -> float:
         """K and V of every layer per GPU of a TP group (full KV for sliding layers: vLLM's
         default allocator reserves it). MLA: the compressed latent (kv_lora_rank +
-        qk_rope_head_dim per layer), which every GPU of the group holds whole."""
+        qk_rope_head_dim per layer), which every GPU of the group holds whole; with DSA also
+        the indexer's key, fp8 with a 4-byte scale, whatever the KV dtype."""
         b = precision_bytes(precision)
         if self.mla:
-            return float(self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * b)
+            index = self.index_head_dim + 4 if self.dsa else 0
+            return float(self.layers * ((self.kv_lora_rank + self.qk_rope_head_dim) * b + index))
         return 2.0 * self.layers * self.kv_heads_per_gpu(tp) * self.head_dim * b
 
     def weight_bytes(self, tp: int = 1, precision: str = "bf16", ep: int = 0) -> float:
