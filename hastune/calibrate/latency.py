@@ -59,6 +59,13 @@ PRECISION = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8",   # dtype → byt
              "nvfp4": "nvfp4", "mxfp4": "mxfp4", "int4": "int4"}
 
 
+def windows(s: np.ndarray, w: float) -> np.ndarray:
+    """A causal prefill of `s` tokens whose queries each see at most `w` keys (a sliding
+    window, DSA's top-k) in causal `w`-token blocks: past the window each token sees w keys,
+    (2s/w − 1) blocks; 1 up to it."""
+    return np.where(s > w, 2 * s / w - 1, 1.0)
+
+
 class LatencyModel:
     """`prefill(batch, length)`, `decode_step(batch, context)`, `encode(batch, tokens,
     groups)` in seconds, numpy-broadcast; memory figures per GPU of the TP group. `ep`: 1
@@ -252,7 +259,7 @@ class LatencyModel:
                 k = float(a.index_topk)
                 attn = a.layers * (d.context_attention(
                     b, np.minimum(s, k), h, h, a.qk_nope_head_dim + a.qk_rope_head_dim)
-                    * np.where(s > k, 2 * s / k - 1, 1.0)
+                    * windows(s, k)
                     + d.context_attention(b, s, a.index_heads, 1, a.index_head_dim))
             else:      # multi-head attention on the expanded latent
                 attn = a.layers * d.context_attention(
@@ -262,9 +269,8 @@ class LatencyModel:
         attn = full * d.context_attention(b, s, h, kv, a.head_dim)
         if local:
             w = float(a.sliding_window)  # type: ignore[arg-type]
-            # past the window each token sees w keys: (2s/w − 1) × a causal w-token block
             win = d.context_attention(b, np.minimum(s, w), h, kv, a.head_dim)
-            attn = attn + local * win * np.where(s > w, 2 * s / w - 1, 1.0)
+            attn = attn + local * win * windows(s, w)
         return self._llm_dense(b * s, b) + attn
 
     def decode_step(self, batch, context) -> np.ndarray:

@@ -33,11 +33,9 @@ import re
 from dataclasses import dataclass, replace
 
 from hastune import engine_terms as et
+from hastune.fidelity.inferencex import is_inferencex
 from hastune.fidelity.rows import Case
 
-# InferenceX's runs: silicon_data_source names a dated export of its results
-# ("source_file=2026-04-06.csv; model=…; silicon_concurrency=…; measured=…")
-_INFERENCEX_SOURCE = re.compile(r"(?:^|;)\s*source_file=\d{4}-\d{2}-\d{2}\.csv\s*(?:;|$)")
 # aiconfigurator's own collection (its gap analysis: "source_file=…/aic-auto-gap-analysis/
 # data/<system>/<engine>/<version>/<model>.csv"), its TensorRT-LLM runs
 _AIC_TRTLLM = re.compile(r"aic-auto-gap-analysis/data/[^/;]+/trtllm/")
@@ -87,7 +85,7 @@ def inferencex(case: Case) -> bool:
     """Whether `case` is an InferenceX run: by its silicon_data_source (a dated export), or
     in a file without that column by its id (a dated one)."""
     if case.source:
-        return bool(_INFERENCEX_SOURCE.search(case.source))
+        return is_inferencex(case.source)  # a dated export of its results
     return bool(_INFERENCEX.match(case.id))
 
 

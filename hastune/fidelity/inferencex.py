@@ -39,6 +39,8 @@ PREFIXES = {"deepseekr1": "dsr1", "deepseekr10528": "dsr1", "deepseekv4pro": "ds
 # its frameworks → the file's `backend`
 ENGINES = {"trt": "trtllm", "trtllm": "trtllm", "sglang": "sglang", "vllm": "vllm"}
 
+# InferenceX's runs: silicon_data_source names a dated export of its results
+# ("source_file=2026-04-06.csv; model=…; silicon_concurrency=…; measured=…")
 _SOURCE = re.compile(r"(?:^|;)\s*source_file=\d{4}-\d{2}-\d{2}\.csv\s*(?:;|$)")
 _FIELD = re.compile(r"(?:^|;)\s*(\w+)=([^;]*)")
 
