@@ -116,7 +116,8 @@ def grid(
     """Evaluate the whole space exhaustively (small budgets; checking the tuner).
 
     Exit codes: 0 some configuration meets the SLOs; 3 none does; 2 bad input."""
-    from hastune.tune.grid import run_grid
+    from hastune.cli.report import emit_error
+    from hastune.tune.grid import GridFailed, run_grid
     from hastune.tune.storage import check_out
 
     _check_count(top, "--top", "rows to show")
@@ -126,7 +127,12 @@ def grid(
     from hastune.worklimit import check_tune_work
 
     check_tune_work(load_recipe(recipe), not no_prune, "grid")
-    res = run_grid(recipe, prune_first=not no_prune, workers=workers)
+    try:
+        res = run_grid(recipe, prune_first=not no_prune, workers=workers)
+    except GridFailed as exc:
+        emit_error(1, str(exc), fix="run the same command again (with fewer --workers if "
+                   "memory ran out)")
+        raise typer.Exit(1) from None
     if out is not None:
         out.mkdir(exist_ok=True)
         (out / "grid.json").write_text(dumps(res))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from hastune.config import config_dict, parse_config
@@ -16,6 +18,10 @@ from hastune.space import on_types, space_for
 from hastune.tune.pool import resolve_workers
 
 _EV: Evaluation | None = None
+
+
+class GridFailed(RuntimeError):
+    """An evaluation process died (killed, out of memory): the grid is incomplete."""
 
 
 def _init(recipe_path: str) -> None:
@@ -56,8 +62,13 @@ def run_grid(recipe_path: str | Path, prune_first: bool = True,
                      and ((b := bounds(c)) is None or b.memory_ok(c))]
     dicts = [config_dict(c) for c in cfgs]
     if workers > 1:
-        with mp.get_context("spawn").Pool(workers, _init, (str(recipe_path),)) as pool:
-            vals = pool.map(_goodput, dicts, chunksize=4)
+        try:  # an executor, not mp.Pool: a process that dies breaks it instead of hanging it
+            with ProcessPoolExecutor(workers, mp.get_context("spawn"), _init,
+                                     (str(recipe_path),)) as pool:
+                vals = list(pool.map(_goodput, dicts, chunksize=4))
+        except BrokenProcessPool as exc:
+            raise GridFailed(f"an evaluation process ended abruptly ({exc}); nothing of "
+                             "this grid was written") from None
     else:
         vals = [ev.goodput(c).goodput_rps for c in cfgs]
     obj = Objective(rec)

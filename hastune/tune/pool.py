@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import queue
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from hastune import interrupt
@@ -87,19 +88,22 @@ class Processes:
     """`workers` spawned processes, each with its own evaluator of `recipe` (sent to them
     whole: a plan's recipe at another GPU count is not its file's), made from the registry
     (hastune.evaluators: `evaluator` with `options`; the simulator by default); tasks go out
-    on one queue, results come back on another."""
+    on one queue, each process's results come back on its own pipe. `main` is the processes'
+    loop (`_main`; a test gives one that dies its own way)."""
 
     def __init__(self, workers: int, recipe: Any, early_stop: bool, evaluator: str = "sim",
-                 options: Any = None):
+                 options: Any = None, main: Callable[..., None] | None = None):
         ctx = mp.get_context("spawn")
         self.tasks = ctx.SimpleQueue()
-        self.results = ctx.Queue()
-        self.procs = [ctx.Process(target=_main, args=(recipe, early_stop, self.tasks,
-                                                      self.results, evaluator, options),
-                                  daemon=True)
-                      for _ in range(workers)]
-        for p in self.procs:
+        self.procs, self.conns = [], []
+        for _ in range(workers):  # a pipe of its own per process: one killed mid-message ends
+            reader, writer = ctx.Pipe(duplex=False)  # its pipe (EOF), not a read of all
+            p = ctx.Process(target=main or _main, args=(recipe, early_stop, self.tasks, writer,
+                                                evaluator, options), daemon=True)
             p.start()
+            writer.close()  # the process holds the only write end now
+            self.procs.append(p)
+            self.conns.append(reader)
         self.done: dict[int, Outcome | BaseException] = {}
 
     def submit(self, number: int, cfg: AnyConfig, incumbent: float | None) -> None:
@@ -108,17 +112,28 @@ class Processes:
     def result(self, number: int) -> Outcome:
         while number not in self.done:
             interrupt.check()
-            try:
-                got, out = self.results.get(timeout=POLL_S)
-            except queue.Empty:
-                self.check()
-                continue
-            self.done[got] = out
+            ready = wait(self.conns, timeout=POLL_S)
+            for conn in ready:
+                try:
+                    got, out = conn.recv()
+                except (EOFError, OSError):  # its process ended, maybe halfway through a message
+                    self._died(self.conns.index(conn))
+                    continue
+                self.done[got] = out
             self.check()  # a worker that died idle is named too, not only one holding a task
         out = self.done.pop(number)
         if isinstance(out, BaseException):
             raise out
         return out
+
+    def _died(self, i: int) -> None:
+        """Process `i`'s pipe ended: it has exited, or is exiting (ended, if not): name it."""
+        proc = self.procs[i]
+        proc.join(timeout=10)
+        if proc.exitcode is None:
+            proc.terminate()
+            proc.join()
+        self.check()
 
     def check(self) -> None:
         """Raise WorkerDied for the first pool process that has ended."""
@@ -132,10 +147,11 @@ class Processes:
                 p.terminate()
         for p in self.procs:
             p.join(timeout=10)
-        self.results.cancel_join_thread()
+        for conn in self.conns:
+            conn.close()
 
 
-def _main(recipe: Any, early_stop: bool, tasks: Any, results: Any, evaluator: str = "sim",
+def _main(recipe: Any, early_stop: bool, tasks: Any, results: Connection, evaluator: str = "sim",
           options: Any = None) -> None:
     """A pool process: evaluate configurations until the command's process goes."""
     import json
@@ -152,7 +168,7 @@ def _main(recipe: Any, early_stop: bool, tasks: Any, results: Any, evaluator: st
                                                     incumbent, early_stop, keep=False)
         except Exception as exc:  # noqa: BLE001 - raised again in the command's process
             out = exc
-        results.put((number, out))
+        results.send((number, out))
 
 
 def cores() -> int:
