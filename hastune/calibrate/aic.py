@@ -57,6 +57,14 @@ PKG_DTYPE = {  # role → hastune dtype → the package's value
                  "nvfp4": "bfloat16", "mxfp4": "bfloat16", "int4": "bfloat16"},
     "comm": {"bf16": "half", "fp8": "int8"},
 }
+GDN_COLUMNS = ("batch_size", "seq_len", "num_k_heads", "head_k_dim", "num_v_heads",
+               "head_v_dim", "d_conv")
+# the kernels by their kernel_source's start (engines name variants: vLLM's
+# chunk_gated_delta_rule_flashinfer); the variant with the most rows is kept, as for any lane
+GDN_LANES = {("conv", "context"): "causal_conv1d_fn",
+             ("scan", "context"): "chunk_gated_delta_rule",
+             ("conv", "generation"): "causal_conv1d_update",
+             ("scan", "generation"): "fused_recurrent_gated_delta_rule"}
 _MOE_ROWS: dict = {}    # (source, system, path) → moe_lanes' key → lane, filled by _rows
 MOE_COLUMNS = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
                "moe_ep_size")
@@ -72,6 +80,7 @@ class Spec:
     dtypes: tuple[tuple[str, str], ...]       # (column, role in PKG_DTYPE, "bf16", "attn")
     fixed: tuple[tuple[str, object], ...] = ()  # column == value, where the column exists
     nccl: bool = False                        # versioned by NCCL, not by the engine
+    lane_prefix: str = ""                     # kernel_source starts so (one kernel of a table)
 
 
 # attention compute: bf16 with a bf16 KV cache; with an fp8 one whatever the lane runs
@@ -104,6 +113,10 @@ SPECS: dict[str, Spec] = {
     "mla_generation_module": Spec("mla", "mla_generation_module_perf",
                                   ("batch_size", "num_heads", "step"),
                                   _MLA + (("gemm_type", "mla_gemm"),), (("tp_size", 1),)),
+    # Gated DeltaNet (Qwen3.5): the conv and the recurrence, one kernel per table
+    **{f"gdn_{k}_{ph}": Spec("linear_attention", "gdn_perf", GDN_COLUMNS, (),
+                             (("phase", ph),), lane_prefix=lane)
+       for (k, ph), lane in GDN_LANES.items()},
     **{f"nccl_{op}": Spec("comm", "nccl_perf", ("num_gpus", "message_size"),
                           (("nccl_dtype", "comm"),), (("op_name", op),), nccl=True)
        for op in ("all_reduce", "all_gather", "alltoall", "reduce_scatter")},
@@ -228,7 +241,8 @@ class AicSource(KernelSource):
         """Versions (oldest first) whose folder holds this kind's parquet file."""
         spec = self._spec(kind)
         base = self._data(system) / spec.op / ("nccl" if spec.nccl else self.engine)
-        found = [p.parent.name for p in base.glob(f"*/{spec.file}.parquet")]
+        found = [p.parent.name for p in base.glob(f"*/{spec.file}.parquet")
+                 if not spec.lane_prefix or _has_lane(p, spec.lane_prefix)]
         return sorted(found, key=_vkey)
 
     def resolve(self, system: str, kind: str) -> tuple[str, Path]:
@@ -321,6 +335,13 @@ class AicSource(KernelSource):
                                  f"it has {have}" + (" (AicSource(distribution=...))"
                                                      if col == "distribution" else ""))
             mask &= sel
+        if spec.lane_prefix:
+            sel = np.char.startswith(data["kernel_source"].astype(str), spec.lane_prefix)
+            if strict and not (mask & sel).any():
+                raise InputError(path, "kernel_source", f"no {spec.lane_prefix}* rows in "
+                                 f"{system}'s {kind} table ({self.engine} {version})",
+                                 f"it has {', '.join(sorted(set(lane_of[mask])))}")
+            mask &= sel
         lat = np.asarray(data["latency"], dtype=float)
         mask &= np.isfinite(lat) & (lat > 0)
         allc = np.column_stack([np.asarray(data[c], dtype=float) for c in spec.columns])
@@ -373,6 +394,12 @@ class AicSource(KernelSource):
             raise InputError(path, "system", f"{PACKAGE} has no kernel tables for {system!r}",
                              f"use one of {', '.join(self.systems())}")
         return path
+
+
+def _has_lane(path: Path, prefix: str) -> bool:
+    """Whether a table holds rows of the kernel its kind names (a table of several kernels,
+    like gdn_perf, may lack one: SGLang's A100 one has no recurrence rows)."""
+    return bool(np.char.startswith(_read(path)["kernel_source"].astype(str), prefix).any())
 
 
 @lru_cache(maxsize=256)

@@ -235,6 +235,25 @@ class Device:
         x = np.atleast_2d(np.asarray(shapes, dtype=float))
         return self._scaled(model, x, model.predict(x))
 
+    def has_gdn(self) -> bool:
+        """Whether the source measured the four Gated DeltaNet kernels (gdn tables)."""
+        return all(self.kernels.extra(f"gdn_{k}_{ph}") is not None
+                   for k in ("conv", "scan") for ph in ("context", "generation"))
+
+    def gdn(self, phase: str, batch, seq, heads: tuple[int, int, int, int, int]
+            ) -> np.ndarray:
+        """One Gated DeltaNet layer's conv and recurrence for `batch` sequences of `seq`
+        tokens (phase context) or one token each (generation); `heads`: (k heads per GPU,
+        k dim, v heads per GPU, v dim, conv taps). Needs has_gdn()."""
+        b, s = np.broadcast_arrays(np.asarray(batch, float), np.asarray(seq, float))
+        x = np.column_stack([b.ravel(), s.ravel()] + [np.full(b.size, float(v))
+                                                      for v in heads])
+        t = 0.0
+        for k in ("conv", "scan"):
+            model = self.kernels.extra(f"gdn_{k}_{phase}")
+            t = t + self._scaled(model, x, model.predict(x))
+        return np.asarray(t).reshape(b.shape)
+
     def alltoall(self, gpus: int, elements) -> np.ndarray:
         """NCCL all-to-all of `elements` bf16 values per GPU; where the source has no
         all-to-all table, the all-reduce table's time (an upper bound: same bytes, more

@@ -99,6 +99,36 @@ def _mla_generation_module(x: np.ndarray, wb: float = BYTES, kb: float = BYTES) 
     return flops, nbytes, np.log2(np.column_stack([b, h, step + 1]))
 
 
+# Gated DeltaNet (Qwen3.5), the four kernels of aiconfigurator's gdn table, per GPU's heads:
+# columns batch_size, seq_len (1 in a decode step), num_k_heads, head_k_dim, num_v_heads,
+# head_v_dim, d_conv. The conv runs over q, k and v; the recurrence updates a dk × dv state
+# per value head and token (the chunked prefill form adds attention within 64-token chunks)
+GDN_CHUNK = 64
+
+
+def _gdn_parts(x: np.ndarray):
+    b, s, hk, dk, hv, dv, conv = x.T
+    return b, s, hk, dk, hv, dv, conv, 2 * hk * dk + hv * dv
+
+
+def _gdn_feats(b, s, hk, hv) -> np.ndarray:
+    return np.log2(np.column_stack([b, s, hk, hv]))
+
+
+def _gdn_conv(x: np.ndarray, wb: float = BYTES, kb: float = BYTES) -> Costs:
+    b, s, hk, _, hv, _, conv, ch = _gdn_parts(x)
+    return (2 * b * s * ch * conv, BYTES * ch * (2 * b * s + conv + 2 * b * (conv - 1)),
+            _gdn_feats(b, s, hk, hv))
+
+
+def _gdn_scan(x: np.ndarray, wb: float = BYTES, kb: float = BYTES) -> Costs:
+    b, s, hk, dk, hv, dv, _, ch = _gdn_parts(x)
+    chunk = np.minimum(s, GDN_CHUNK)
+    flops = b * s * hv * (4 * dk * dv + 2 * chunk * (dk + dv))
+    state = 4.0 * b * hv * dk * dv                 # fp32, read and written once per call
+    return flops, BYTES * b * s * (ch + 2 * hv * dv) + 2 * state, _gdn_feats(b, s, hk, hv)
+
+
 # kind → (batch, heads, KV heads) columns: the parallel axes folded past the table's KV range
 FOLD = {"context_attention": (0, 2, 3), "generation_attention": (0, 1, 2)}
 
@@ -109,6 +139,8 @@ FEATURES: dict[str, Callable[..., Costs]] = {
     "encoder_attention": _encoder,
     "mla_context_module": _mla_context_module,
     "mla_generation_module": _mla_generation_module,
+    **{f"gdn_{k}_{ph}": f for k, f in (("conv", _gdn_conv), ("scan", _gdn_scan))
+       for ph in ("context", "generation")},
 }
 
 
@@ -149,7 +181,8 @@ class KernelModel:
             return np.log(_baseline(p, flops, nbytes, peak, hw.mem_bw)) - y
 
         p0 = np.log([max(float(table.latency_s.min()) * 0.5, 1e-7), 0.5, 0.5, 1.0])
-        p = least_squares(res, p0, method="trf").x
+        with np.errstate(over="ignore"):  # a trial exponent q may overflow: an inf residual
+            p = least_squares(res, p0, method="trf").x
         resid = y - np.log(_baseline(p, flops, nbytes, peak, hw.mem_bw))
         kv_max = float(table.shapes[:, FOLD[table.kind][2]].max()) if table.kind in FOLD else 0.0
         return cls(table.system, table.kind, peak, hw.mem_bw, p, feats, resid,

@@ -7,7 +7,11 @@ tensor-parallel degree tp and expert-parallel degree ep). A dense layer runs:
 and the forward ends with the final norm, the LM head (on the last token of each sequence),
 the logits gather and the sampler. GEMMs and attention come from the measured kernel tables,
 all-reduce from the all-reduce table, element-wise kernels from bytes / bandwidth. Sliding-
-window layers (Gemma 3) attend to at most `sliding_window` tokens. Encoders run on one GPU.
+window layers (Gemma 3) attend to at most `sliding_window` tokens. Gated DeltaNet layers
+(Qwen3.5) replace attention by their conv and recurrence, timed from the source's gdn tables
+(aiconfigurator-core's linear_attention: causal_conv1d and chunk_gated_delta_rule in a
+prefill, their one-token update kernels in a decode step) at the GPU's heads; a model with
+them on a source without those tables is refused. Encoders run on one GPU.
 Engine CPU overhead is not in the tables and not modelled.
 
 MoE layers (Mixtral, Qwen-MoE, DeepSeek): the router and shared experts are GEMMs; the routed
@@ -87,6 +91,10 @@ class LatencyModel:
                 raise ValueError(f"{arch.name}: ep = {ep} at tp = {tp}: use ep 1 (experts "
                                  "TP-split), ep = tp, or ep = tp × the attention-DP ranks "
                                  "(one stage), dividing the experts")
+        if a.linear_layers and not device.has_gdn():
+            raise ValueError(f"{arch.name}: its Gated DeltaNet layers need the gdn kernel "
+                             f"tables (aiconfigurator-core's linear_attention), which "
+                             f"{device.kernels.hw.system}'s source has not")
         self.arch, self.dev, self.tp, self.ep, self.pp = arch, device, tp, ep, pp
         # attention-DP ranks whose experts spread over ep GPUs (ep > tp; this model times
         # one rank: its `tokens`; each GPU's experts take every rank's share of theirs)
@@ -204,10 +212,14 @@ class LatencyModel:
                 + 2 * (h + 1) * rope + kvb * lat // 2, kernels=5)
         else:
             kv = a.kv_heads_per_gpu(tp)
-            add(L, ew=(2 * 4 * a.hidden                   # 2 fused add+norm
-                       + 2 * (h + kv) * a.head_dim        # RoPE on q, k
-                       + 2 * kvb * kv * a.head_dim),      # KV-cache write
-                kernels=4)
+            gate = 3 * h * a.head_dim if a.output_gate else 0   # sigmoid(gate) × output
+            add(a.attn_layers, ew=(2 * 4 * a.hidden             # 2 fused add+norm
+                                   + 2 * (h + kv) * a.head_dim  # RoPE on q, k
+                                   + 2 * kvb * kv * a.head_dim  # KV-cache write
+                                   + gate), kernels=4 + (1 if gate else 0))
+            if a.linear_layers:  # 2 fused add+norm; the gated norm (its input, z, output)
+                add(a.linear_layers, ew=2 * 4 * a.hidden
+                    + 3 * a.linear_v_heads * a.linear_v_dim // tp, kernels=3)
         dense = a.dense_layers if a.moe else L
         if dense:
             up, ffn = (2 if a.gated else 1) * (a.ffn // tp), a.ffn // tp
@@ -243,8 +255,14 @@ class LatencyModel:
         return t + head
 
     def _attn_layers(self) -> tuple[int, int]:
+        """(full-attention layers, sliding ones); GDN layers are neither."""
         a = self.arch.llm
-        return a.layers - a.sliding_layers, a.sliding_layers
+        return a.attn_layers - a.sliding_layers, a.sliding_layers
+
+    def _gdn_heads(self) -> tuple[int, int, int, int, int]:
+        a, tp = self.arch.llm, self.tp
+        return (a.linear_k_heads // tp, a.linear_k_dim, a.linear_v_heads // tp, a.linear_v_dim,
+                a.linear_conv)
 
     def prefill(self, batch, length) -> np.ndarray:
         """`batch` sequences of `length` prompt tokens in one forward."""
@@ -267,6 +285,8 @@ class LatencyModel:
             return self._llm_dense(b * s, b, "prefill") + attn
         full, local = self._attn_layers()
         attn = full * d.context_attention(b, s, h, kv, a.head_dim)
+        if a.linear_layers:
+            attn = attn + a.linear_layers * d.gdn("context", b, s, self._gdn_heads())
         if local:
             w = float(a.sliding_window)  # type: ignore[arg-type]
             win = d.context_attention(b, np.minimum(s, w), h, kv, a.head_dim)
@@ -292,6 +312,8 @@ class LatencyModel:
             return self._llm_dense(n, n, "decode") + attn
         full, local = self._attn_layers()
         attn = full * d.generation_attention(n, h, kv, a.head_dim, c)
+        if a.linear_layers:
+            attn = attn + a.linear_layers * d.gdn("generation", n, 1.0, self._gdn_heads())
         if local:
             attn = attn + local * d.generation_attention(
                 n, h, kv, a.head_dim, np.minimum(c, float(a.sliding_window)))  # type: ignore
@@ -335,6 +357,12 @@ class LatencyModel:
         return self.arch.llm.kv_bytes_per_token(self.tp, PRECISION[self.kv_cache])
 
     @property
+    def state_bytes(self) -> float:
+        """Gated DeltaNet state per GPU, reserved for MAX_SEQS requests (SGLang sizes its
+        mamba pool by the running requests it allows; 0 without GDN layers)."""
+        return MAX_SEQS * self.arch.llm.state_bytes_per_request(self.tp)
+
+    @property
     def activation_bytes(self) -> float:
         """Peak live intermediates of one layer at the prefill token budget, the logits of
         a full decode batch, and the runtime's own allocations."""
@@ -349,7 +377,8 @@ class LatencyModel:
         """KV tokens one GPU holds; with `pp` pipeline stages (default: the model's) it holds
         1/pp of the weights and of each token's KV."""
         pp = self.pp if pp is None else pp
-        free = self.dev.mem_bytes * utilisation - self.weight_bytes / pp - self.activation_bytes
+        free = (self.dev.mem_bytes * utilisation - self.weight_bytes / pp - self.activation_bytes
+                - self.state_bytes / pp)
         return max(0, int(free // (self.kv_bytes_per_token / pp)))
 
     def fits(self, pp: int | None = None) -> bool:

@@ -1,6 +1,7 @@
 """The LLM of a Hugging Face config: dense decoders (Llama, Mistral, Qwen2/3, Gemma 1/2/3,
-Phi-3) and MoE decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3 with MLA, DeepSeek-V3.2
-and GLM-5 with MLA and DSA, MiniMax-M2, gpt-oss)."""
+Phi-3, Qwen3.5) and MoE decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, Qwen3.5-MoE, DeepSeek-V2/V3
+with MLA, DeepSeek-V3.2 and GLM-5 with MLA and DSA, MiniMax-M2, gpt-oss). Qwen3.5's layers are
+Gated DeltaNet (linear attention) but for every full_attention_interval-th."""
 
 from __future__ import annotations
 
@@ -10,13 +11,17 @@ from hastune.models.spec import LLMArch
 # model_type → (family, default tie_word_embeddings), as transformers' configuration classes
 DENSE = {"llama": False, "mistral": False, "qwen2": False, "qwen3": False, "phi3": False,
          "gemma": True, "gemma2": True, "gemma3_text": True, "qwen2_5_vl_text": False,
-         "qwen2_vl_text": False, "internlm2": False}
+         "qwen2_vl_text": False, "internlm2": False, "qwen3_5_text": False}
 MOE = {"mixtral": False, "qwen2_moe": False, "qwen3_moe": False, "deepseek_v2": False,
        "deepseek_v3": False, "kimi_k2": False, "minimax_m2": False, "gpt_oss": False,
-       "deepseek_v32": False, "glm_moe_dsa": False}
+       "deepseek_v32": False, "glm_moe_dsa": False, "qwen3_5_moe_text": False}
 # Kimi K2: DeepSeek-V3's architecture; DeepSeek-V3.2 and GLM-5: it with DSA
 MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa")
 DSA_TYPES = ("deepseek_v32", "glm_moe_dsa")
+GDN_TYPES = ("qwen3_5_text", "qwen3_5_moe_text")   # Gated DeltaNet beside full attention
+# mamba_ssm_dtype → bytes of the recurrent state (SGLang's mamba2_state_dtype: float32 unless
+# the config names another)
+STATE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DECODERS = {**DENSE, **MOE}
 
 # the most parameters a model may have (the largest published ones have about 2 × 10^12)
@@ -110,12 +115,12 @@ def _moe(c: Cfg, model_type: str, layers: int, hidden: int) -> dict:
             if model_type == "minimax_m2" else 0
         return {"experts": c.int("num_local_experts"), "experts_per_token":
                 c.int("num_experts_per_tok"), "moe_ffn": ffn, "shared_ffn": shared}
-    if model_type in ("qwen2_moe", "qwen3_moe"):
+    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_5_moe_text"):
         step = c.int("decoder_sparse_step", 1)
         only = set(c.int_list("mlp_only_layers", []))
         sparse = sum(1 for i in range(layers) if i not in only and (i + 1) % step == 0)
         shared = c.int("shared_expert_intermediate_size", 0, minimum=0) \
-            if model_type == "qwen2_moe" else 0
+            if model_type != "qwen3_moe" else 0
         return {"experts": c.int("num_experts"), "experts_per_token": c.int("num_experts_per_tok"),
                 "moe_ffn": c.int("moe_intermediate_size"), "shared_ffn": shared,
                 "shared_gate": shared > 0, "dense_layers": layers - sparse}
@@ -127,6 +132,30 @@ def _moe(c: Cfg, model_type: str, layers: int, hidden: int) -> dict:
     return {"experts": c.int("n_routed_experts"), "experts_per_token": c.int("num_experts_per_tok"),
             "moe_ffn": moe_ffn, "shared_ffn": c.int("n_shared_experts", 0, minimum=0) * moe_ffn,
             "dense_layers": layers - sparse}
+
+
+def _gdn(c: Cfg, layers: int) -> dict:
+    """Qwen3.5's Gated DeltaNet layers: layer_types (linear_attention / full_attention), or
+    every full_attention_interval-th layer full."""
+    types = c.raw("layer_types", None)
+    if types is None:
+        every = c.int("full_attention_interval", 4)
+        types = ["full_attention" if (i + 1) % every == 0 else "linear_attention"
+                 for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or any(
+            t not in ("linear_attention", "full_attention") for t in types):
+        raise c.error("layer_types", "not a list of num_hidden_layers entries, each "
+                      "linear_attention or full_attention", "correct the list")
+    dtype = c.str("mamba_ssm_dtype", "float32")
+    return {"linear_layer_ids": tuple(i for i, t in enumerate(types)
+                                      if t == "linear_attention"),
+            "linear_k_heads": c.int("linear_num_key_heads"),
+            "linear_v_heads": c.int("linear_num_value_heads"),
+            "linear_k_dim": c.int("linear_key_head_dim"),
+            "linear_v_dim": c.int("linear_value_head_dim"),
+            "linear_conv": c.int("linear_conv_kernel_dim"),
+            "state_bytes": STATE_BYTES.get(dtype, 4),
+            "output_gate": c.bool("attn_output_gate", True)}
 
 
 def _mla(c: Cfg) -> dict:
@@ -151,10 +180,12 @@ def read_llm(c: Cfg, model_type: str, tie_default: bool | None = None,
     if not c.has("head_dim") and hidden % heads:
         raise c.error("head_dim", f"missing, and hidden_size {hidden} is not a multiple of "
                       f"num_attention_heads {heads}", "add head_dim")
-    window, ids = _sliding(c, model_type, layers)
+    window, ids = _sliding(c, model_type, layers) if model_type not in GDN_TYPES else (None, ())
     fields: dict = {
         "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads,
-        "head_dim": head_dim, "ffn": c.int("intermediate_size"),
+        "head_dim": head_dim,  # Qwen3.5-MoE has no dense layer, nor their width
+        "ffn": c.int("intermediate_size", 0, minimum=0) if model_type == "qwen3_5_moe_text"
+        else c.int("intermediate_size"),
         "vocab": c.int("vocab_size"), "gated": _activation(c, model_type),
         "tied_embeddings": c.bool("tie_word_embeddings", DECODERS[model_type]
                                   if tie_default is None else tie_default),
@@ -164,10 +195,11 @@ def read_llm(c: Cfg, model_type: str, tie_default: bool | None = None,
     }
     if model_type in ("qwen2", "qwen2_moe", "qwen2_5_vl_text", "qwen2_vl_text"):
         fields["qkv_bias"] = True
-    elif model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "internlm2", "gpt_oss"):
+    elif model_type in ("llama", "mistral", "qwen3", "qwen3_moe", "internlm2", "gpt_oss",
+                        *GDN_TYPES):
         fields["qkv_bias"] = c.bool("attention_bias", False) if model_type != "internlm2" \
             else c.bool("bias", False)
-    if model_type in ("qwen3", "qwen3_moe", "gemma3_text") or (
+    if model_type in ("qwen3", "qwen3_moe", "gemma3_text", *GDN_TYPES) or (
             model_type == "minimax_m2" and c.bool("use_qk_norm", False)):
         fields["qk_norm"] = True
     if model_type in ("gemma2", "gemma3_text"):
@@ -176,6 +208,8 @@ def read_llm(c: Cfg, model_type: str, tie_default: bool | None = None,
         fields.update(_moe(c, model_type, layers, hidden))
     if model_type in MLA_TYPES:
         fields.update(_mla(c))
+    if model_type in GDN_TYPES:
+        fields.update(_gdn(c, layers))
     if model_type in DSA_TYPES:
         fields.update(index_topk=c.int("index_topk"), index_heads=c.int("index_n_heads"),
                       index_head_dim=c.int("index_head_dim"))

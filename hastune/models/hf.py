@@ -27,9 +27,12 @@ COMPOSITE = {"llava": ("text_config", "llama"), "llava_next": ("text_config", "l
                                                                           "gemma3_text"),
              "internvl_chat": ("llm_config", None), "internvl": ("text_config", "qwen2"),
              "ultravox": ("text_config", "llama"), "qwen2_audio": ("text_config", "qwen2"),
-             "kimi_k25": ("text_config", "deepseek_v3")}
+             "kimi_k25": ("text_config", "deepseek_v3"),
+             "qwen3_5": ("text_config", "qwen3_5_text"),
+             "qwen3_5_moe": ("text_config", "qwen3_5_moe_text")}
 # composites whose encoder is not modelled: their LLM alone, for text requests
-TEXT_ONLY = {"kimi_k25": "MoonViT vision encoder"}
+TEXT_ONLY = {"kimi_k25": "MoonViT vision encoder", "qwen3_5": "Qwen3.5 vision encoder",
+             "qwen3_5_moe": "Qwen3.5 vision encoder"}
 SUPPORTED = sorted({*DECODERS, *COMPOSITE} - {"qwen2_5_vl_text", "qwen2_vl_text"})
 
 
@@ -133,6 +136,7 @@ def _model_type(c: Cfg, allowed, default: str | None = None) -> str:
 def _family(mt: str, llm, encoder) -> str:
     kind = "MoE" if llm.moe else "dense"
     parts = [kind] + (["MLA"] if llm.mla else []) + (["DSA"] if llm.dsa else []) + (
+        ["Gated DeltaNet"] if llm.linear_layers else []) + (
         ["sliding window"] if llm.sliding_layers else [])
     text = f"{mt} ({', '.join(parts)})"
     return text + (" + encoder" if encoder is not None else "")

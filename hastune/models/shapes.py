@@ -11,7 +11,9 @@ hastune.calibrate.latency composes them. MLA (DeepSeek): the fused q_a + kv_a pr
 replicated, q_b / kv_b / o are TP-split; decode absorbs kv_b into per-head BMMs (q_nope →
 latent, latent → v) and attends over the latent, prefill expands the latent; DSA adds the
 indexer's projections (replicated: query from the q latent, key and per-head weights from the
-hidden state). MoE layer: a
+hidden state). Gated DeltaNet layers (Qwen3.5) have in_proj (q, k, v and the gate z), the b /
+a projection and out_proj, TP-split by heads, and no attention call (hastune.calibrate.latency
+times their conv and recurrence). MoE layer: a
 replicated router, `count` local experts each seeing m = tokens·top_k/experts rows (balanced
 routing), shared experts TP-split. With ep > 0 the experts are not TP-split (moe_tp = 1). At
 ep = tp every GPU of the group holds every token: each runs its own experts on all of them and
@@ -89,9 +91,16 @@ class LayerPlan:
 def _attention_gemms(a: LLMArch, tp: int, phase: str) -> list[Gemm]:
     L, h = a.layers, a.heads // tp
     if not a.mla:
-        kv = a.kv_heads_per_gpu(tp)
-        return [Gemm("qkv", (h + 2 * kv) * a.head_dim, a.hidden, L),
-                Gemm("o", a.hidden, h * a.head_dim, L)]
+        kv, La = a.kv_heads_per_gpu(tp), a.attn_layers
+        q = (2 if a.output_gate else 1) * h       # Qwen3.5: the query and its output gate
+        out = [Gemm("qkv", (q + 2 * kv) * a.head_dim, a.hidden, La),
+               Gemm("o", a.hidden, h * a.head_dim, La)]
+        if a.linear_layers:  # Gated DeltaNet: in_proj (q, k, v, z), b and a, out_proj
+            Ll, v = a.linear_layers, a.linear_v_heads * a.linear_v_dim // tp
+            out += [Gemm("gdn_in", a.gdn_conv_channels() // tp + v, a.hidden, Ll),
+                    Gemm("gdn_ba", 2 * a.linear_v_heads // tp, a.hidden, Ll),
+                    Gemm("gdn_out", a.hidden, v, Ll)]
+        return out
     qk, lat = a.qk_nope_head_dim + a.qk_rope_head_dim, a.kv_lora_rank
     out = []
     if a.q_lora_rank:
@@ -162,7 +171,7 @@ def _attention(a: LLMArch, tp: int, phase: str) -> tuple[Attention, ...]:
         return (Attention(a.layers, h, 1, lat, mla=True,
                           v_head_dim=a.kv_lora_rank if phase == "decode" else a.v_head_dim),)
     kv = a.kv_heads_per_gpu(tp)
-    full = a.layers - a.sliding_layers
+    full = a.attn_layers - a.sliding_layers
     out = [Attention(full, h, kv, a.head_dim)] if full else []
     if a.sliding_layers:
         out.append(Attention(a.sliding_layers, h, kv, a.head_dim, window=a.sliding_window))

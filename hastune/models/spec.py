@@ -73,6 +73,19 @@ class LLMArch:
     index_topk: int = 0
     index_heads: int = 0
     index_head_dim: int = 0
+    # Gated DeltaNet (Qwen3.5, Qwen3-Next): the layers in `linear_layer_ids` replace attention
+    # by a linear-attention mixer — q and k of linear_k_heads × linear_k_dim, v and the
+    # output gate z of linear_v_heads × linear_v_dim, a causal conv of linear_conv taps over q,
+    # k, v, a recurrent state of linear_v_heads × linear_k_dim × linear_v_dim per request
+    # (state_bytes each: mamba_ssm_dtype) and no KV cache
+    linear_layer_ids: tuple[int, ...] = ()
+    linear_k_heads: int = 0
+    linear_v_heads: int = 0
+    linear_k_dim: int = 0
+    linear_v_dim: int = 0
+    linear_conv: int = 0
+    state_bytes: int = 4
+    output_gate: bool = False       # Qwen3.5: q_proj also yields a sigmoid gate on the output
     checkpoint_precision: str = "bf16"   # the published weights (quantization_config)
 
     # --- structure -------------------------------------------------------------------------
@@ -100,6 +113,49 @@ class LLMArch:
     def moe_layers(self) -> int:
         return self.layers - self.dense_layers if self.moe else 0
 
+    @property
+    def linear_layers(self) -> int:
+        """Gated DeltaNet layers (no attention, no KV cache)."""
+        return len(self.linear_layer_ids)
+
+    @property
+    def attn_layers(self) -> int:
+        """Layers with attention (full or sliding) and a KV cache."""
+        return self.layers - self.linear_layers
+
+    def gdn_conv_channels(self) -> int:
+        """The channels the causal conv runs over: q, k and v."""
+        return 2 * self.linear_k_heads * self.linear_k_dim + self.linear_v_heads \
+            * self.linear_v_dim
+
+    def gdn_params(self) -> int:
+        """One Gated DeltaNet layer: in_proj (q, k, v, z; b and a per value head), the conv,
+        dt_bias and A_log per value head, the gated norm, out_proj (0 without GDN)."""
+        if not self.linear_layers:
+            return 0
+        h, v = self.hidden, self.linear_v_heads * self.linear_v_dim
+        conv = self.gdn_conv_channels()
+        return (h * (conv + v + 2 * self.linear_v_heads) + conv * self.linear_conv
+                + 2 * self.linear_v_heads + self.linear_v_dim + v * h)
+
+    def gdn_rest(self) -> int:
+        """What of a GDN layer is not a linear projection: conv, dt_bias, A_log, norm."""
+        return (self.gdn_conv_channels() * self.linear_conv + 2 * self.linear_v_heads
+                + self.linear_v_dim) if self.linear_layers else 0
+
+    def state_bytes_per_request(self, tp: int = 1) -> float:
+        """GDN state one request holds on each GPU of a TP group: the recurrent state
+        (state_bytes per element) and the conv's last linear_conv − 1 inputs (bf16)."""
+        if not self.linear_layers:
+            return 0.0
+        ssm = self.linear_v_heads * self.linear_k_dim * self.linear_v_dim * self.state_bytes
+        conv = self.gdn_conv_channels() * (self.linear_conv - 1) * 2
+        return float(self.linear_layers * (ssm + conv) / tp)
+
+    def mixer_params(self) -> int:
+        """Every layer's attention or GDN mixer."""
+        return self.attn_layers * self.attn_params() + self.linear_layers * self.gdn_params()
+
     # --- parameters ------------------------------------------------------------------------
     def attn_params(self) -> int:
         """One layer's attention projections (and q/k norms, MLA's latent norms)."""
@@ -113,6 +169,8 @@ class LLMArch:
             return q + kv + self.heads * self.v_head_dim * h + self.indexer_params()
         qkv = (self.heads + 2 * self.kv_heads) * self.head_dim
         p = h * qkv + self.heads * self.head_dim * h
+        if self.output_gate:
+            p += h * self.heads * self.head_dim
         if self.qkv_bias:
             p += qkv
         if self.qk_norm:
@@ -141,11 +199,11 @@ class LLMArch:
         norms = self.norms_per_layer * self.hidden
         if not self.moe:
             mlp = self._mlp(self.ffn)
-            return self.layers * (self.attn_params() + mlp + norms) + self.embedding_params() \
-                + (self.hidden if self.final_norm else 0)
+            return self.mixer_params() + self.layers * (mlp + norms) \
+                + self.embedding_params() + (self.hidden if self.final_norm else 0)
         dense = self.dense_layers * self._mlp(self.ffn)
         moe = self.moe_layers * (self.expert_params() + self.moe_layer_rest())
-        return (self.layers * (self.attn_params() + norms) + dense + moe
+        return (self.mixer_params() + self.layers * norms + dense + moe
                 + self.embedding_params() + (self.hidden if self.final_norm else 0))
 
     @property
@@ -167,12 +225,14 @@ class LLMArch:
     def linear_params(self) -> float:
         """Parameters in the layers' linear projections (what fp8 weight quantization
         covers); the rest — embeddings, LM head, norms, routers — stays bf16."""
-        norms = self.norms_per_layer * self.hidden + (2 * self.head_dim if self.qk_norm else 0)
+        norms = self.norms_per_layer * self.hidden
+        qk_norm = 2 * self.head_dim if self.qk_norm else 0
         router = self.hidden * self.experts + (self.hidden if self.shared_gate else 0)
         mla_norms = (self.q_lora_rank + self.kv_lora_rank + 2 * self.index_head_dim) \
             if self.mla else 0
         bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
-        rest = (self.layers * (norms + mla_norms + bias) + self.moe_layers * router
+        rest = (self.layers * norms + self.attn_layers * (qk_norm + mla_norms + bias)
+                + self.linear_layers * self.gdn_rest() + self.moe_layers * router
                 + self.embedding_params() + (self.hidden if self.final_norm else 0))
         return self.params - rest
 
@@ -182,15 +242,16 @@ class LLMArch:
         return max(1, math.ceil(self.kv_heads / tp))
 
     def kv_bytes_per_token(self, tp: int = 1, precision: str = "bf16") -> float:
-        """K and V of every layer per GPU of a TP group (full KV for sliding layers: vLLM's
-        default allocator reserves it). MLA: the compressed latent (kv_lora_rank +
+        """K and V of every attention layer per GPU of a TP group (full KV for sliding layers:
+        vLLM's default allocator reserves it; GDN layers hold a state per request instead:
+        state_bytes_per_request). MLA: the compressed latent (kv_lora_rank +
         qk_rope_head_dim per layer), which every GPU of the group holds whole; with DSA also
         the indexer's key, fp8 with a 4-byte scale, whatever the KV dtype."""
         b = precision_bytes(precision)
         if self.mla:
             index = self.index_head_dim + 4 if self.dsa else 0
             return float(self.layers * ((self.kv_lora_rank + self.qk_rope_head_dim) * b + index))
-        return 2.0 * self.layers * self.kv_heads_per_gpu(tp) * self.head_dim * b
+        return 2.0 * self.attn_layers * self.kv_heads_per_gpu(tp) * self.head_dim * b
 
     def weight_bytes(self, tp: int = 1, precision: str = "bf16", ep: int = 0) -> float:
         """Weights per GPU. fp8 covers the linear projections only. `ep`: the expert-
@@ -215,6 +276,8 @@ class LLMArch:
         ok = self.heads % tp == 0 and (self.kv_heads % tp == 0 or tp % self.kv_heads == 0)
         if self.moe:
             ok = ok and self.moe_ffn % tp == 0
+        if self.linear_layers:
+            ok = ok and self.linear_k_heads % tp == 0 and self.linear_v_heads % tp == 0
         return ok
 
     def supports_ep(self, ep: int) -> bool:

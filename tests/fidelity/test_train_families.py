@@ -2,7 +2,7 @@
 gpt-oss-120b and Kimi K2.5 (read from aiconfigurator-core's packaged configs), NVFP4 weights
 on B200, GB200 (`gb200`), a quantized checkpoint's name (…-FP8, …-NVFP4) read as its base
 model, gpt-oss's fp4 on Hopper as its MXFP4 checkpoint, Kimi K2.5's int4_wo as its int4
-experts, GLM-5's MLA with DSA. One row of each is scored with finite
+experts, GLM-5's MLA with DSA, Qwen3.5's Gated DeltaNet. One row of each is scored with finite
 simulated latencies; NVFP4 on Hopper of another checkpoint (a DeepSeek-R1-NVFP4 row moved to
 H200) comes back unsupported with the reason; base names follow the rule on generated
 names."""
@@ -43,6 +43,9 @@ SCORED = [
     ("zhipuai/GLM-5", "b200_sxm", "fp8", "sglang", "agg"),      # MLA with DSA
     ("zhipuai/GLM-5", "h200_sxm", "fp8", "sglang", "agg"),
     ("zhipuai/GLM-5", "b200_sxm", "nvfp4", "sglang", "agg"),
+    ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "fp8", "sglang", "agg"),   # Gated DeltaNet
+    ("Qwen/Qwen3.5-397B-A17B", "h200_sxm", "fp8", "sglang", "agg"),
+    ("Qwen/Qwen3.5-397B-A17B", "b200_sxm", "nvfp4", "sglang", "agg"),
 ]
 # an NVFP4 checkpoint's row, moved to Hopper (the file has none: it has no FP4 tensor cores)
 HOPPER_FP4 = ("nvidia/DeepSeek-R1-NVFP4", "b200_sxm", "nvfp4", "trtllm", "agg")
