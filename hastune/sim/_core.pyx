@@ -38,6 +38,10 @@ cdef extern from *:
 # sha256 of the _core.pyx this module was compiled from (setup.py; "" if built otherwise)
 BUILT_FROM = HASTUNE_CORE_SHA.decode()
 
+# hastune.sim.fudg.LOCAL_SLACK (the same value: tests/sim/test_core.py reads both)
+cdef double LOCAL_SLACK = 1.0
+FUDG_LOCAL_SLACK = LOCAL_SLACK
+
 cdef enum:
     PRIO_DONE = 0
     PRIO_ARRIVE = 1
@@ -1662,7 +1666,8 @@ cdef class FuDGCore(Loop):
 
     cdef Py_ssize_t pick_decode(self, Py_ssize_t k, double need):
         """FuDGRun.pick_decode: the least loaded decode instance on prefill k's node if it
-        has room, else the least loaded anywhere."""
+        has room and holds at most LOCAL_SLACK × this request's tokens more than the least
+        loaded anywhere, else the least loaded anywhere."""
         cdef long long node = self.p_node[k]
         cdef double best_local = INFINITY, best_any = INFINITY, x
         cdef Py_ssize_t j, bl = -1, ba = 0
@@ -1674,7 +1679,8 @@ cdef class FuDGCore(Loop):
                 best_any, ba = x, j
             if self.d_node[j] == node and x < best_local:
                 best_local, bl = x, j
-        if bl >= 0 and best_local + need <= self.d_cap[bl]:
+        if bl >= 0 and best_local + need <= self.d_cap[bl] \
+                and best_local <= best_any + LOCAL_SLACK * need:
             return bl
         return ba
 

@@ -6,7 +6,8 @@ batched up to `max_batch_tokens` (multimodal ones encoded inline first) and batc
 through the instance's `pp` stages. A prefill instance keeps a request's KV from its batch's
 start until the KV has reached the decode side, and starts a batch only when that fits — a slow
 network backs up into prefill. After prefill the KV goes to a decode instance (the least
-loaded on the prefill's node if one has room, else the least loaded anywhere), shard by shard
+loaded on the prefill's node if one has room and holds at most one request more than the least
+loaded anywhere, else the least loaded anywhere), shard by shard
 over `hastune.sim.links.DuplexNetwork` (both GPUs' ports inside a node, both nodes' NICs
 between nodes, FIFO contention). TTFT ends when the KV has arrived (EcoServe's definition: the first
 token is only useful once decoding can continue), so it includes the transfer; the wait for a
@@ -38,6 +39,12 @@ from hastune.sim.links import DuplexNetwork
 from hastune.sim.network import network
 from hastune.sim.stoprule import StopRule
 from hastune.workload import RequestSet
+
+# how much more a decode instance on the prefill's node may hold than the least loaded one and
+# still be picked, in requests (the one being placed): with grouped pools (the prefill pool's
+# node holds few decode instances) a pick on room alone sent a whole run's requests to the one
+# decode instance beside the prefill pool, while the rest idled
+LOCAL_SLACK = 1.0
 
 # event kinds after common.ARRIVE (0), a closed-loop client's next request
 PF_NEXT, PF_DONE, KV_ARRIVE, DEC_WAKE = range(1, 5)
@@ -248,8 +255,10 @@ class FuDGRun:
         self.start(k, t)
 
     def pick_decode(self, k: int, need: float) -> int:
-        """The least loaded decode instance on prefill k's node if it has room, else the
-        least loaded anywhere."""
+        """The least loaded decode instance on prefill k's node if it has room and holds at
+        most this request's tokens more than the least loaded anywhere (LOCAL_SLACK), else
+        the least loaded anywhere: locality while the pool is balanced, never a pile on the
+        prefill's neighbour while others idle."""
         node = self.ptm[k].node
         dws, d_inflight, d_node = self.dws, self.d_inflight, self.d_node
         best_local, bl = math.inf, -1
@@ -260,7 +269,8 @@ class FuDGRun:
                 best_any, ba = x, j
             if d_node[j] == node and x < best_local:
                 best_local, bl = x, j
-        if bl >= 0 and best_local + need <= self.d_cap[bl]:
+        if bl >= 0 and best_local + need <= self.d_cap[bl] \
+                and best_local <= best_any + LOCAL_SLACK * need:
             return bl
         return ba
 
