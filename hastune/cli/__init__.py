@@ -39,11 +39,22 @@ def _click_exceptions():
     return exceptions
 
 
+def _stacks_on_usr1() -> None:
+    """`kill -USR1 <pid>` prints every thread's stack to stderr (a run that seems stuck says
+    where it is) and the command goes on."""
+    import faulthandler
+    import signal
+
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def main() -> None:
     from hastune import interrupt
     from hastune.cli.report import emit_error, emit_input_error, usage_error
 
     _register()
+    _stacks_on_usr1()
     click = _click_exceptions()
     interrupt.install()  # a Ctrl-C swallowed where it landed is raised at the next safe point
     try:

@@ -169,12 +169,47 @@ def test_no_process_left_after_a_signal_mid_run(tmp_path: Path, sig: int) -> Non
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
         assert len(marked(mark)) >= 4  # hastune, watchdog, bash, sleep, standin
         proc.send_signal(sig)
-        proc.wait(30)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:  # say where it is stuck (hastune's SIGUSR1 stacks)
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            proc.kill()
+            out = proc.stdout.read() if proc.stdout else ""
+            pytest.fail(f"hastune did not exit 30 s after signal {sig}:\n{out[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
     if sig == signal.SIGINT:
         assert proc.returncode == 130
+    assert gone(mark) == []
+
+
+def test_usr1_prints_the_stacks_and_the_run_goes_on(tmp_path: Path) -> None:
+    """kill -USR1 of a running hastune prints every thread's stack (where a run that seems
+    stuck is) and does not stop it: a Ctrl-C afterwards still ends it with 130."""
+    mark = uuid.uuid4().hex
+    rec = recipe(tmp_path, 1.0, 1.0, 400)
+    proc = subprocess.Popen([sys.executable, "-m", "hastune", "evaluate", str(rec), "-c",
+                             str(CONFIG), "--evaluator", "real", "--engine", "vllm",
+                             "--launch-cmd", standin(tmp_path, ttft=0.01, tpot=0.01), "-n",
+                             "60"], env=env(mark, tmp_path), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "standin.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        assert proc.poll() is None  # still running
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out
+    assert "most recent call first" in out and "hastune" in out, out[-3000:]
     assert gone(mark) == []
 
 
