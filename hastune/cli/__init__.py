@@ -43,10 +43,15 @@ def _stacks_on_usr1() -> None:
     """`kill -USR1 <pid>` prints every thread's stack to stderr (a run that seems stuck says
     where it is) and the command goes on."""
     import faulthandler
+    import io
     import signal
 
-    if hasattr(signal, "SIGUSR1"):
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if not hasattr(signal, "SIGUSR1"):
+        return
+    try:  # stderr a real file (not when a caller captured it in memory: nothing to write to)
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        pass
 
 
 def main() -> None:
