@@ -112,15 +112,15 @@ class Processes:
     def result(self, number: int) -> Outcome:
         while number not in self.done:
             interrupt.check()
-            ready = wait(self.conns, timeout=POLL_S)
-            for conn in ready:
+            for conn in wait(self.conns, timeout=POLL_S):
                 try:
                     got, out = conn.recv()
                 except (EOFError, OSError):  # its process ended, maybe halfway through a message
                     self._died(self.conns.index(conn))
-                    continue
+                    raise  # (_died raises WorkerDied; this line is not reached)
                 self.done[got] = out
-            self.check()  # a worker that died idle is named too, not only one holding a task
+            if number not in self.done:  # a worker that died idle is named too, not only
+                self.check()             # one holding a task (answers that came are kept)
         out = self.done.pop(number)
         if isinstance(out, BaseException):
             raise out
