@@ -134,9 +134,8 @@ class LLMArch:
         if not self.linear_layers:
             return 0
         h, v = self.hidden, self.linear_v_heads * self.linear_v_dim
-        conv = self.gdn_conv_channels()
-        return (h * (conv + v + 2 * self.linear_v_heads) + conv * self.linear_conv
-                + 2 * self.linear_v_heads + self.linear_v_dim + v * h)
+        return h * (self.gdn_conv_channels() + v + 2 * self.linear_v_heads) + v * h \
+            + self.gdn_rest()
 
     def gdn_rest(self) -> int:
         """What of a GDN layer is not a linear projection: conv, dt_bias, A_log, norm."""

@@ -116,8 +116,7 @@ class Processes:
                 try:
                     got, out = conn.recv()
                 except (EOFError, OSError):  # its process ended, maybe halfway through a message
-                    self._died(self.conns.index(conn))
-                    raise  # (_died raises WorkerDied; this line is not reached)
+                    raise self._died(self.conns.index(conn)) from None
                 self.done[got] = out
             if number not in self.done:  # a worker that died idle is named too, not only
                 self.check()             # one holding a task (answers that came are kept)
@@ -126,20 +125,30 @@ class Processes:
             raise out
         return out
 
-    def _died(self, i: int) -> None:
-        """Process `i`'s pipe ended: it has exited, or is exiting (ended, if not): name it."""
+    def _died(self, i: int) -> WorkerDied:
+        """Process `i`'s pipe ended: it has exited, or is exiting (ended, if not); the first
+        pool process that has ended, named."""
         proc = self.procs[i]
         proc.join(timeout=10)
         if proc.exitcode is None:
             proc.terminate()
             proc.join()
-        self.check()
+        dead = self._dead()
+        assert dead is not None  # process i at least has ended
+        return dead
+
+    def _dead(self) -> WorkerDied | None:
+        """The first pool process that has ended, named; None while all run."""
+        for i, p in enumerate(self.procs):
+            if p.exitcode is not None:
+                return WorkerDied(i, p.pid, p.exitcode)
+        return None
 
     def check(self) -> None:
         """Raise WorkerDied for the first pool process that has ended."""
-        for i, p in enumerate(self.procs):
-            if p.exitcode is not None:
-                raise WorkerDied(i, p.pid, p.exitcode)
+        dead = self._dead()
+        if dead is not None:
+            raise dead
 
     def close(self) -> None:
         for p in self.procs:
