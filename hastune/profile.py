@@ -220,7 +220,8 @@ class FitRecord(_Strict):
     kernel_source: dict[str, str | None] | None = Field(
         default=None, description="the kernel database when not the calibration folder "
         "(database, package, engine, version, gemm_dtype, kv_dtype, moe_distribution): what "
-        "`hastune profile check` reads again")
+        "`hastune profile check` reads again; `collectives` where a rack-scale GPU's "
+        "collectives past its measured GPU counts are its 8-GPU twin's, scaled")
     composition: dict[str, str] | None = Field(
         default=None, description="MoE / MLA models: which tables timed the experts, the "
         "all-to-all and the MLA block (e.g. grouped GEMMs where the MoE table lacks a shape)")

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hastune.calibrate.aic_fabric import COMM_KINDS, extend, twin
 from hastune.calibrate.aic_moe import MOE_ALSO, moe_lanes
 from hastune.calibrate.sources import KernelSource
 from hastune.calibrate.tables import COLUMNS, Hardware, KernelTable, _merge_duplicates
@@ -278,6 +279,21 @@ class AicSource(KernelSource):
         raise InputError(base / v, kind, f"{system}'s {kind} table ({self.engine} {v}) has no "
                          "row with a positive latency", "use another version or engine")
 
+    def fabric_twin(self, system: str) -> str | None:
+        """The 8-GPU board whose collectives extend `system`'s past its node
+        (hastune.calibrate.aic_fabric), or None."""
+        return _twin(system)
+
+    def derived_collectives(self, system: str) -> str | None:
+        """What a rack-scale system's collectives past its tables rest on, for the profile's
+        record; None where nothing is derived."""
+        other = _twin(system)
+        if other is None:
+            return None
+        return (f"all-reduce, all-gather, all-to-all and reduce-scatter past {system}'s "
+                f"measured GPU counts: {other}'s times on as many GPUs, scaled by {system} / "
+                f"{other} at the most GPUs both measured (hastune.calibrate.aic_fabric)")
+
     def kinds(self, system: str) -> list[str]:
         return [k for k in SPECS if self.versions(system, k)]
 
@@ -396,6 +412,14 @@ class AicSource(KernelSource):
         return path
 
 
+@lru_cache(maxsize=16)
+def _twin(system: str) -> str | None:
+    root = package_dir() / "systems"
+    files = {p.stem: _yaml(p) for p in sorted(root.glob("*.yaml"))
+             if (root / "data" / p.stem / "gemm").is_dir()}
+    return twin(files, system)
+
+
 def _has_lane(path: Path, prefix: str) -> bool:
     """Whether a table holds rows of the kernel its kind names (a table of several kernels,
     like gdn_perf, may lack one: SGLang's A100 one has no recurrence rows)."""
@@ -407,6 +431,16 @@ def _table(src: AicSource, system: str, kind: str) -> KernelTable:
     version, path = src.resolve(system, kind)
     shapes, lat = src._rows(path, kind, system, version, strict=True)
     shapes, lat = _merge_duplicates(shapes, lat)
+    if kind in COMM_KINDS:  # a rack-scale system: its fabric twin's larger counts
+        other = src.fabric_twin(system)
+        if other is not None and src.has_table(other, kind):
+            try:
+                theirs = _table(src, other, kind)
+            except InputError:  # the twin lacks this source's dtype or a positive row
+                theirs = None
+            if theirs is not None:
+                most = int(_yaml(src._system_yaml(system))["node"]["num_gpus_per_rack"])
+                shapes, lat, _ = extend(shapes, lat, theirs.shapes, theirs.latency_s, most)
     return KernelTable(system, kind, SPECS[kind].columns, shapes, lat)
 
 

@@ -90,10 +90,14 @@ def _kernel_source(dev: Device) -> dict | None:
     src = dev.kernels.source
     if not isinstance(src, AicSource):
         return None
-    return {"database": "aiconfigurator-core", "package": package_version(),
-            "engine": src.engine, "version": src.version, "gemm_dtype": src.gemm_dtype,
-            "kv_dtype": src.kv_dtype, "moe_distribution": src.distribution,
-            "measured_with": dev.kernels.hw.measured_with}
+    out = {"database": "aiconfigurator-core", "package": package_version(),
+           "engine": src.engine, "version": src.version, "gemm_dtype": src.gemm_dtype,
+           "kv_dtype": src.kv_dtype, "moe_distribution": src.distribution,
+           "measured_with": dev.kernels.hw.measured_with}
+    derived = src.derived_collectives(dev.kernels.hw.system)
+    if derived:
+        out["collectives"] = derived
+    return out
 
 
 def _memory(lm: LatencyModel) -> dict:
