@@ -287,3 +287,26 @@ def test_a_system_of_the_kernel_database_is_its_gpu(tmp_path, system, gpu):
     assert math.isfinite(got["agg"]["ttft_ms"]["simulated"])
     assert got["dis-b60"]["status"] == "unsupported"
     assert "no link figures for b60-24gb" in got["dis-b60"]["reason"]
+
+
+def test_gb200_rows_at_eight_gpus_are_scored(tmp_path):
+    """GB200's tables time collectives on 2 and 4 GPUs; its 8-GPU ones come from B200's
+    (hastune.calibrate.aic_fabric): an agg TP 8 row and a disagg row whose decode workers are
+    TP 8 (the file's first of each, on its own columns) are scored, as is one whose prefill
+    worker is 8 attention-DP ranks."""
+    def first(pred):
+        return next(r for r in ROWS if r["system"] == "gb200" and pred(r))
+
+    rows = [first(lambda r: r["mode"] == "agg" and r["tp_size"] == "8"
+                  and r["attention_dp_size"] in ("", "1")),
+            first(lambda r: r["mode"] == "disagg" and r["prefill_num_workers"]
+                  and r["decode_tp_size"] == "8" and r["decode_attention_dp_size"] == "1"),
+            first(lambda r: r["mode"] == "disagg" and r["prefill_num_workers"]
+                  and r["prefill_attention_dp_size"] == "8"
+                  and r["decode_attention_dp_size"] in ("1", "8"))]
+    path = _write(tmp_path / "runs.csv", [_slowed(r) for r in rows])
+    got = {r["id"]: r for r in shipped.score(path)["rows"]}
+    for row in rows:
+        r = got[row["id"]]
+        assert r["status"] == "scored", r["reason"]
+        assert math.isfinite(r["tpot_ms"]["simulated"]) and math.isfinite(r["ttft_ms"]["simulated"])
