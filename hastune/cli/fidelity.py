@@ -53,7 +53,8 @@ def fidelity(
                                   "held-out models (GPUs) beside the in-sample fit "
                                   "(docs/fidelity.md)"),
     share: str | None = typer.Option(None, "--share", help="with --cv: how the terms are "
-                                     "shared — gpu (a set per engine and GPU), engine (one "
+                                     "shared — gpu (a set per engine and GPU of 30 rows or "
+                                     "more, else the engine's pooled one), engine (one "
                                      "per engine), kernel (one per engine, a kernel scale per "
                                      "GPU), models (a set per engine and GPU whose rows come "
                                      "from two architectures or more, else the engine's), "

@@ -163,6 +163,37 @@ def test_the_models_share_fits_a_gpu_alone_only_on_two_models(draw):
     assert set(table.terms) == {c.group for c in cases}
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["vllm", "sglang"]),
+                          st.sampled_from(["h100-80gb", "h200-141gb", "b200-180gb"]),
+                          st.integers(1, 45)), min_size=1, max_size=6,
+                unique_by=lambda t: (t[0], t[1])))
+def test_the_gpu_share_gives_a_gpu_of_few_rows_the_pooled_terms(groups):
+    """`--share gpu`: an (engine, GPU) with at least MIN_GROUP_ROWS rows gets terms fitted on
+    its own rows; one with fewer gets none of its own, and its rows take the engine's pooled
+    ones (its GPU with the most rows, which always has its own, however few)."""
+    from hastune.fidelity.rows import Case
+    from hastune.fidelity.score import MIN_GROUP_ROWS
+
+    cases, i = [], 0
+    for e, g, n in groups:
+        for _ in range(n):
+            cases.append(Case(f"r{i}", e, "", "m1", g, "bf16", 1024, 128, 8, 1, 100.0, 10.0, i))
+            i += 1
+    table = _stub_fitter("gpu").table(cases)
+    for e, g, n in groups:
+        mine = tuple(sorted(c.line for c in cases if c.group == (e, g)))
+        pooled = table.pooled[e]
+        most = max(m for e2, _, m in groups if e2 == e)
+        assert n <= most and dict(((e2, g2), m) for e2, g2, m in groups)[(e, pooled)] == most
+        if n >= MIN_GROUP_ROWS or g == pooled:
+            assert table.terms[(e, g)] == mine
+        else:
+            assert (e, g) not in table.terms
+        case = next(c for c in cases if c.group == (e, g))
+        assert table.theta(case) == table.terms[(e, g) if (e, g) in table.terms else (e, pooled)]
+
+
 def test_checkpoints_of_one_architecture_are_held_out_together(tmp_path):
     """Llama-3.1-8B in bf16 and NVIDIA's fp8 checkpoint of it are one model to hold out: the
     fold that holds it out fits on the 70B's rows only, so absurd (× 50) fp8 rows do not
