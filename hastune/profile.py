@@ -355,6 +355,13 @@ class Profile(_Strict):
         v = self.variants.get(tp)
         if v is None:
             have = ", ".join(str(k) for k in sorted({self.tp, *self.variants}))
+            need = self.memory.weight_bytes * self.tp / max(tp, 1)  # the weights split tp ways
+            if 0 < self.memory.gpu_bytes < need:
+                raise ValueError(
+                    f"profile {self.name} has no tensor-parallel variant tp={tp} (it has tp "
+                    f"{have}): the weights need {need / 1e9:.0f} GB per GPU at tp={tp}, more "
+                    f"than the GPU's {self.memory.gpu_bytes / 1e9:.0f} GB. Fix: use one of "
+                    "those degrees")
             raise ValueError(
                 f"profile {self.name} has no tensor-parallel variant tp={tp} (it has tp "
                 f"{have}). Fix: use one of those, or regenerate the profile with that degree")

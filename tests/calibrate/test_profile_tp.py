@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from hastune.errors import InputError
 from hastune.profile import Profile, load_profile
@@ -44,6 +46,28 @@ def test_missing_variant_is_a_clear_value_error():
     prof = Profile.model_validate(_base(variants={2: _variant(0.5)}))
     with pytest.raises(ValueError, match=r"no tensor-parallel variant tp=4 .*tp 1, 2"):
         prof.for_tp(4)
+
+
+@settings(max_examples=80, deadline=None)
+@given(base_tp=st.sampled_from([2, 4, 8]), want=st.sampled_from([1, 2, 4, 16]),
+       weights=st.floats(1e9, 4e11), gpu=st.floats(2e10, 2e11))
+def test_a_missing_degree_says_when_the_weights_cannot_fit_it(base_tp, want, weights, gpu):
+    """A degree the profile lacks: where the weights split that many ways exceed the GPU's
+    memory the message says so (regenerating cannot help); else it offers regeneration."""
+    assume(weights / base_tp + 5e9 < 0.8 * gpu)  # the profile's own degree fits
+    mem = {"gpu_bytes": gpu, "weight_bytes": weights / base_tp, "encoder_weight_bytes": 0.0,
+           "kv_bytes_per_token": 2e5, "activation_bytes": 1e9}
+    prof = Profile.model_validate(_base(tp=base_tp, memory=mem))
+    if want == base_tp:
+        return
+    with pytest.raises(ValueError) as info:
+        prof.for_tp(want)
+    msg = str(info.value)
+    assert f"no tensor-parallel variant tp={want} (it has tp {base_tp})" in msg
+    if weights / want > gpu:
+        assert "the weights need" in msg and "regenerate" not in msg
+    else:
+        assert "regenerate the profile with that degree" in msg
 
 
 def test_for_tp_swaps_sections_and_round_trips():
