@@ -13,8 +13,12 @@ every one it listed from 2025-11-03 to 2026-04-29, with when it listed it.
 and concurrency with the row's prefill and decode TP, listed at any time from its measurement
 to a week after (a run of a pull request is measured before its config lands). Exactly one
 deployment must remain, without speculative decoding; anything else is Unmodelled, with the
-reason. The rule keys on silicon_data_source (the source and the model name it gives) and the
-row's own columns, never on its id."""
+reason. Where the row's prefill and decode TP are one number above every TP the configs list
+for its cell (some GB200 runs measured 2025-12-05: "TP 36" for a cell whose configs list
+prefill TP 4 and decode TP 8), the number is read as the deployment's GPUs: the entry whose
+workers × TP over both pools sum to it (36 = 1 × 4 + 4 × 8). The rule keys on
+silicon_data_source (the source and the model name it gives) and the row's own columns, never
+on its id."""
 
 from __future__ import annotations
 
@@ -90,6 +94,19 @@ def _side(r: dict, s: str) -> dict[str, int]:
                 moe_tp_size=max(tp // max(ep, 1), 1), moe_ep_size=ep)
 
 
+def gpus(r: dict) -> int:
+    """A config entry's GPUs: both pools' workers × TP."""
+    return r["prefill_workers"] * r["prefill_tp"] + r["decode_workers"] * r["decode_tp"]
+
+
+def _keyed(entries) -> dict[tuple, dict]:
+    """Config entries by their deployment (speculative decoding, each pool's workers, EP and
+    attention-DP): one entry per distinct deployment."""
+    return {(r["spec_decoding"], *(r[f"{s}_{k}"] for s in ("prefill", "decode")
+                                   for k in ("workers", "ep", "dp_attn"))): r
+            for r in entries}
+
+
 def deployment(cell: dict[str, str], table: tuple[dict, ...] | None = None
                ) -> dict[str, dict[str, int]]:
     """{"prefill": columns, "decode": columns} of the row's run as its config lists it (the
@@ -112,22 +129,17 @@ def deployment(cell: dict[str, str], table: tuple[dict, ...] | None = None
                        "decode_tp_size, isl, osl)") from None
     gpu = cell.get("system", "").removesuffix("_sxm")
     engine, precision = cell.get("backend", ""), cell.get("precision", "")
-    found = {}
-    for r in table if table is not None else load():
-        name = r["config"]
-        if not name.startswith(f"{prefix}-{precision}-{gpu}-"):
-            continue
-        if ENGINES.get(r["framework"].removeprefix("dynamo-")) != engine:
-            continue
-        if (r["isl"], r["osl"], r["concurrency"], r["prefill_tp"], r["decode_tp"]) != (
-                isl, osl, clients, ptp, dtp):
-            continue
-        if r["valid_from"] > when + WINDOW or (r["valid_to"] is not None
-                                               and r["valid_to"] <= when):
-            continue
-        key = (r["spec_decoding"], *(r[f"{s}_{k}"] for s in ("prefill", "decode")
-                                     for k in ("workers", "ep", "dp_attn")))
-        found[key] = r
+    listed = [r for r in (table if table is not None else load())
+              if r["config"].startswith(f"{prefix}-{precision}-{gpu}-")
+              and ENGINES.get(r["framework"].removeprefix("dynamo-")) == engine
+              and (r["isl"], r["osl"], r["concurrency"]) == (isl, osl, clients)]
+    live = [r for r in listed if not (r["valid_from"] > when + WINDOW or (
+        r["valid_to"] is not None and r["valid_to"] <= when))]
+    found = _keyed(r for r in live if (r["prefill_tp"], r["decode_tp"]) == (ptp, dtp))
+    if not found and ptp == dtp and listed and ptp > max(
+            max(r["prefill_tp"], r["decode_tp"]) for r in listed):
+        # TP columns above any TP the configs list for the cell: the deployment's GPUs
+        found = _keyed(r for r in live if gpus(r) == ptp)
     what = (f"{prefix} {precision} on {gpu}, {engine}, {isl}x{osl}, {clients} clients, "
             f"prefill TP {ptp}, decode TP {dtp}")
     if not found:

@@ -263,3 +263,39 @@ def test_the_window_is_the_week_from_the_measurement(d, eps):
             assert found, day
         except ix.NotFound as exc:
             assert not found and "no such deployment" in str(exc), (day, exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(table=st.lists(deployments(), min_size=1, max_size=6), pick=st.integers(0, 5),
+       day=st.floats(0, 60), extra=st.integers(-4, 4))
+def test_tp_columns_above_every_listed_tp_read_as_the_deployments_gpus(table, pick, day,
+                                                                         extra):
+    """A row whose prefill and decode TP are one number N above every TP the configs list for
+    its cell finds the one deployment listed then whose workers × TP over both pools sum to
+    N; no such deployment, or several, is NotFound. N at or below a listed TP is read as TPs
+    (the test above)."""
+    d = table[pick % len(table)]
+    n = ix.gpus(d) + extra
+    row = {**_row(d, day), "prefill_tp_size": str(n), "decode_tp_size": str(n)}
+    cell = [t for t in table if all(t[k] == d[k] for k in ("config", "isl", "osl",
+                                                              "concurrency"))]
+    top = max(max(t["prefill_tp"], t["decode_tp"]) for t in cell)
+    if n <= top or n < 1:
+        return
+    live = {_deployment(t) for t in cell if _listed(t, day) and ix.gpus(t) == n}
+    try:
+        got = ix.deployment(row, tuple(table))
+    except ix.NotFound as exc:
+        reason = str(exc)
+        assert (not live and "no such deployment" in reason) or \
+            (len(live) > 1 and "several deployments" in reason) or \
+            (len(live) == 1 and ("speculative" in reason or "no workers" in reason))
+        return
+    assert len(live) == 1
+    (want,) = [t for t in cell if _listed(t, day) and ix.gpus(t) == n][:1]
+    for s in ("prefill", "decode"):
+        g = got[s]
+        assert g["num_workers"] == want[f"{s}_workers"]
+        assert g["tp_size"] * g["attention_dp_size"] == want[f"{s}_tp"]
+    assert sum(got[s]["num_workers"] * got[s]["tp_size"] * got[s]["attention_dp_size"]
+               for s in ("prefill", "decode")) == n
