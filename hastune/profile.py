@@ -346,6 +346,10 @@ class Profile(_Strict):
         v = self._variant(tp)
         if v.memory is not None:
             return v.memory
+        return self._split(tp)
+
+    def _split(self, tp: int) -> MemorySpec:
+        """The base's memory split `tp` ways instead of its own tp."""
         r = self.tp / tp
         return self.memory.model_copy(update={
             "weight_bytes": self.memory.weight_bytes * r,
@@ -355,16 +359,15 @@ class Profile(_Strict):
         v = self.variants.get(tp)
         if v is None:
             have = ", ".join(str(k) for k in sorted({self.tp, *self.variants}))
-            need = self.memory.weight_bytes * self.tp / max(tp, 1)  # the weights split tp ways
-            if 0 < self.memory.gpu_bytes < need:
+            head = f"profile {self.name} has no tensor-parallel variant tp={tp} (it has tp {have})"
+            need = self._split(max(tp, 1)).weight_bytes
+            if 0 < self.memory.gpu_bytes < need:  # no profile at that degree could hold them
                 raise ValueError(
-                    f"profile {self.name} has no tensor-parallel variant tp={tp} (it has tp "
-                    f"{have}): the weights need {need / 1e9:.0f} GB per GPU at tp={tp}, more "
+                    f"{head}: the weights need {need / 1e9:.0f} GB per GPU at tp={tp}, more "
                     f"than the GPU's {self.memory.gpu_bytes / 1e9:.0f} GB. Fix: use one of "
                     "those degrees")
-            raise ValueError(
-                f"profile {self.name} has no tensor-parallel variant tp={tp} (it has tp "
-                f"{have}). Fix: use one of those, or regenerate the profile with that degree")
+            raise ValueError(f"{head}. Fix: use one of those, or regenerate the profile with "
+                             "that degree")
         return v
 
     @property

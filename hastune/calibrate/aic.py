@@ -431,16 +431,15 @@ def _table(src: AicSource, system: str, kind: str) -> KernelTable:
     version, path = src.resolve(system, kind)
     shapes, lat = src._rows(path, kind, system, version, strict=True)
     shapes, lat = _merge_duplicates(shapes, lat)
-    if kind in COMM_KINDS:  # a rack-scale system: its fabric twin's larger counts
-        other = src.fabric_twin(system)
-        if other is not None and src.has_table(other, kind):
-            try:
-                theirs = _table(src, other, kind)
-            except InputError:  # the twin lacks this source's dtype or a positive row
-                theirs = None
-            if theirs is not None:
-                most = int(_yaml(src._system_yaml(system))["node"]["num_gpus_per_rack"])
-                shapes, lat, _ = extend(shapes, lat, theirs.shapes, theirs.latency_s, most)
+    other = src.fabric_twin(system) if kind in COMM_KINDS else None
+    if other is not None and src.has_table(other, kind):  # a rack-scale system: its twin's
+        try:                                              # larger GPU counts
+            theirs = _table(src, other, kind)
+        except InputError:  # the twin lacks this source's dtype or a positive row
+            pass
+        else:
+            most = int(_yaml(src._system_yaml(system))["node"]["num_gpus_per_rack"])
+            shapes, lat, _ = extend(shapes, lat, theirs.shapes, theirs.latency_s, most)
     return KernelTable(system, kind, SPECS[kind].columns, shapes, lat)
 
 
