@@ -89,6 +89,21 @@ def caveats(terms: dict, config: Any, rate_rps: float, in_flight: float | None =
     return out
 
 
+def built_tp(kernel_source: dict | None, gpu: str, config: Any) -> list[str]:
+    """The caveat of a config whose TP groups rest on an all-reduce no table measured: a
+    rack-scale GPU's TP degrees past its measured GPU counts (the profile's
+    `kernel_source.tp_built`, hastune.calibrate.aic_fabric.stretch)."""
+    built = {int(t) for t in str((kernel_source or {}).get("tp_built") or "").split(",")
+             if t.strip()}
+    used = sorted({sh.tp for sh in archs.of(config).shapes(config)} & built)
+    if not used:
+        return []
+    return [f"TP {', '.join(map(str, used))} on {gpu}: no table measured its all-reduce on "
+            "that many GPUs; it is the most GPUs measured times the bus factor (n - 1) / n, "
+            "and GB300's all-reduce measured on 16 GPUs runs 3% to 46% above that: these "
+            "latencies may read low (docs/profiles.md)"]
+
+
 def measured_error(engine: str, gpu: str, moe: bool | None, mode: str,
                    per_stream: float | None) -> list[str]:
     """The error of the engine terms on measured runs of models they were not fitted on, in

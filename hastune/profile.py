@@ -221,7 +221,8 @@ class FitRecord(_Strict):
         default=None, description="the kernel database when not the calibration folder "
         "(database, package, engine, version, gemm_dtype, kv_dtype, moe_distribution): what "
         "`hastune profile check` reads again; `collectives` where a rack-scale GPU's "
-        "collectives past its measured GPU counts are its 8-GPU twin's, scaled")
+        "collectives past its measured GPU counts are its 8-GPU twin's, scaled, or built by "
+        "the bus factor; `tp_built` the TP degrees whose all-reduce no table measured")
     composition: dict[str, str] | None = Field(
         default=None, description="MoE / MLA models: which tables timed the experts, the "
         "all-to-all and the MLA block (e.g. grouped GEMMs where the MoE table lacks a shape)")

@@ -192,3 +192,30 @@ def test_requests_in_flight_are_those_each_measured_one_found_and_itself(audio, 
         assert audio.in_flight(3.0, run) == 3.0 and audio.in_flight(7.0, None) == 7.0
     finally:
         mp.undo()
+
+
+@settings(max_examples=80, deadline=None)
+@given(arch=st.sampled_from(("nodg", "padg", "fudg")), tps=st.tuples(
+    st.sampled_from((1, 2, 4, 8, 16)), st.sampled_from((1, 2, 4, 8, 16))),
+    built=st.sampled_from(("16", "16, 32", "", None)), gpu=st.sampled_from(("gb200-186gb",
+                                                                           "gb300-288gb")))
+def test_a_tp_group_on_an_unmeasured_all_reduce_is_said(arch, tps, built, gpu):
+    from hastune.caveats import built_tp
+
+    if arch == "fudg":
+        cfg = parse_config({"architecture": arch, "prefill_instances": 1, "prefill_tp": tps[0],
+                            "decode_instances": 1, "decode_tp": tps[1]})
+        used = set(tps)
+    else:
+        key = "replicas" if arch == "nodg" else "instances"
+        cfg = parse_config({"architecture": arch, key: 1, "tp": tps[0], "pp": 1})
+        used = {tps[0]}
+    src = None if built is None else {"database": "aiconfigurator-core", "tp_built": built}
+    out = built_tp(src, gpu, cfg)
+    hit = sorted(used & {16, 32}) if built else []
+    if not hit:
+        assert out == []
+        return
+    (line,) = out
+    assert line.startswith(f"TP {', '.join(map(str, hit))} on {gpu}:")
+    assert "bus factor" in line and "docs/profiles.md" in line

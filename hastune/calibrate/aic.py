@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hastune.calibrate.aic_fabric import COMM_KINDS, extend, twin
+from hastune.calibrate.aic_fabric import COMM_KINDS, STRETCH, extend, rack, stretch, twin
 from hastune.calibrate.aic_moe import MOE_ALSO, moe_lanes
 from hastune.calibrate.sources import KernelSource
 from hastune.calibrate.tables import COLUMNS, Hardware, KernelTable, _merge_duplicates
@@ -288,11 +288,24 @@ class AicSource(KernelSource):
         """What a rack-scale system's collectives past its tables rest on, for the profile's
         record; None where nothing is derived."""
         other = _twin(system)
-        if other is None:
-            return None
-        return (f"all-reduce, all-gather, all-to-all and reduce-scatter past {system}'s "
-                f"measured GPU counts: {other}'s times on as many GPUs, scaled by {system} / "
-                f"{other} at the most GPUs both measured (hastune.calibrate.aic_fabric)")
+        most = rack(_yaml(self._system_yaml(system)))
+        built = [n for n in STRETCH if n <= most]
+        out = []
+        if other is not None:
+            out.append(f"all-reduce, all-gather, all-to-all and reduce-scatter past {system}'s "
+                       f"measured GPU counts: {other}'s times on as many GPUs, scaled by "
+                       f"{system} / {other} at the most GPUs both measured")
+        if built:
+            out.append(f"on {' and '.join(map(str, built))} GPUs where no table measured "
+                       "them: the time on the most GPUs measured times the bus factor "
+                       "(n - 1) / n over theirs")
+        return "; ".join(out) + " (hastune.calibrate.aic_fabric)" if out else None
+
+    def built_counts(self, system: str, kind: str) -> list[int]:
+        """The GPU counts of `kind` on `system` that no table measured, built by the bus
+        factor (hastune.calibrate.aic_fabric.stretch)."""
+        have = {int(n) for n in _with_twin(self, system, kind).col("num_gpus")}
+        return sorted({int(n) for n in _table(self, system, kind).col("num_gpus")} - have)
 
     def kinds(self, system: str) -> list[str]:
         return [k for k in SPECS if self.versions(system, k)]
@@ -428,19 +441,36 @@ def _has_lane(path: Path, prefix: str) -> bool:
 
 @lru_cache(maxsize=256)
 def _table(src: AicSource, system: str, kind: str) -> KernelTable:
+    t = _with_twin(src, system, kind)
+    if kind not in COMM_KINDS or not len(t):
+        return t
+    # a rack's counts past any table's: the bus factor (hastune.calibrate.aic_fabric)
+    shapes, lat, added = stretch(t.shapes, t.latency_s, rack(_yaml(src._system_yaml(system))))
+    if not added:
+        return t
+    return KernelTable(system, kind, t.columns, shapes, lat,
+                       len(t) if t.measured is None else t.measured)
+
+
+@lru_cache(maxsize=256)
+def _with_twin(src: AicSource, system: str, kind: str) -> KernelTable:
+    """`kind`'s table on `system` as measured, a rack-scale system's collectives with its
+    fabric twin's larger counts."""
     version, path = src.resolve(system, kind)
     shapes, lat = src._rows(path, kind, system, version, strict=True)
     shapes, lat = _merge_duplicates(shapes, lat)
+    own = len(lat)   # the rows measured on this system; a twin's come after
     other = src.fabric_twin(system) if kind in COMM_KINDS else None
     if other is not None and src.has_table(other, kind):  # a rack-scale system: its twin's
         try:                                              # larger GPU counts
-            theirs = _table(src, other, kind)
+            theirs = _with_twin(src, other, kind)
         except InputError:  # the twin lacks this source's dtype or a positive row
             pass
         else:
             most = int(_yaml(src._system_yaml(system))["node"]["num_gpus_per_rack"])
             shapes, lat, _ = extend(shapes, lat, theirs.shapes, theirs.latency_s, most)
-    return KernelTable(system, kind, SPECS[kind].columns, shapes, lat)
+    return KernelTable(system, kind, SPECS[kind].columns, shapes, lat,
+                       own if len(lat) > own else None)
 
 
 def _hastune_dtype(role: str, value: str) -> str:

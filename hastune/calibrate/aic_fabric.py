@@ -10,8 +10,19 @@ GPUs. A rack-scale system's time on n GPUs, at a message size, is taken as its t
 n GPUs times the ratio of the two systems' times on the most GPUs both measured (4), at that
 size (log-log interpolated over sizes; held constant past either end): the twin says how a
 collective grows from 4 to 8 GPUs on that fabric, the system's own 4-GPU rows what its clocks,
-NCCL version and kernels make of it. Counts the twin did not measure either (16, 32, …) stay
-unmeasured: a profile offers no TP degree or attention-DP group past 8 there.
+NCCL version and kernels make of it.
+
+Past the counts any table measured (16 and 32 GPUs of the rack, `stretch`), a collective's
+time is its time on the most GPUs measured, k, at the same message size, times its bus factor
+(n − 1) / n over (k − 1) / k: on a switched fabric each GPU's link moves (n − 1) / n of the
+message in an all-to-all, all-gather or reduce-scatter and twice that in an all-reduce, at the
+same per-GPU bandwidth. TensorRT-LLM's own MoE dispatch and combine, measured on 2 to 64 GB200
+GPUs (`trtllm_alltoall_perf`, 256 tokens a GPU or more), grow about as that from 8 to 16
+GPUs (+2% to +9%; the law +7%) and from 8 to 32 (+8% to +16% up to 20k tokens a GPU, up to
++34% past it; the law +11%); to 64 they grow +12% to +48% (the law +13%), so nothing past 32
+is built. GB300's custom all-reduce, measured on 16,
+reads 3% to 46% above its 8-GPU time where the law says 7%: a TP degree of 16 built so is an
+optimistic one (docs/profiles.md).
 """
 
 from __future__ import annotations
@@ -22,6 +33,39 @@ COMM_KINDS = ("allreduce", "nccl_all_reduce", "nccl_all_gather", "nccl_alltoall"
               "nccl_reduce_scatter")
 
 
+STRETCH = (16, 32)  # GPU counts of a rack's NVLink domain built by the bus factor
+
+
+def rack(doc: dict) -> int:
+    """The GPUs of a system's NVLink domain past its node (a rack reached through NVSwitch
+    at the node's per-GPU bandwidth: `num_gpus_per_rack`), from its system file; 0 for a
+    system whose fabric ends at its node."""
+    node = doc.get("node") or {}
+    per_node = int(node.get("num_gpus_per_node") or 0)
+    most = int(node.get("num_gpus_per_rack") or 0)
+    if not per_node or most <= per_node or node.get("inter_node_bw") != node.get("intra_node_bw"):
+        return 0
+    return most
+
+
+def stretch(shapes: np.ndarray, lat: np.ndarray, most: int
+            ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """`shapes` / `lat` (rows of (num_gpus, message_size) and seconds) with the counts of
+    STRETCH above the largest measured, k, and at most `most`: each the time at k and the
+    same size times the bus factor ((n − 1) / n) / ((k − 1) / k) (the module's docstring);
+    the counts added."""
+    k = int(shapes[:, 0].max()) if len(shapes) else 0
+    add = [n for n in STRETCH if k >= 2 and k < n <= most]
+    if not add:
+        return shapes, lat, []
+    m, t = _curve(shapes, lat, k)
+    rows, times = [shapes], [lat]
+    for n in add:
+        rows.append(np.column_stack([np.full(len(m), float(n)), m]))
+        times.append(t * ((n - 1) / n) / ((k - 1) / k))
+    return np.vstack(rows), np.concatenate(times), add
+
+
 def twin(systems: dict[str, dict], system: str) -> str | None:
     """The fabric twin of `system` among `systems` (name → the package's system file): for a
     system whose NVLink domain spans more GPUs than its node at the node's per-GPU bandwidth,
@@ -30,9 +74,8 @@ def twin(systems: dict[str, dict], system: str) -> str | None:
     me = systems.get(system) or {}
     node, gpu = me.get("node") or {}, me.get("gpu") or {}
     per_node = int(node.get("num_gpus_per_node") or 0)
-    rack = int(node.get("num_gpus_per_rack") or 0)
     bw = node.get("intra_node_bw")
-    if not per_node or rack <= per_node or node.get("inter_node_bw") != bw:
+    if not rack(me):
         return None
     for name in sorted(systems):
         o = systems[name] or {}

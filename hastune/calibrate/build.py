@@ -44,7 +44,7 @@ def tp_degrees(model: str | ModelArch, dev: Device, pp: int = 1) -> list[int]:
     """TP degrees whose weights, over `pp` pipeline stages, fit with room for
     MIN_KV_TOKENS of KV per GPU."""
     arch = _arch(model)
-    return [tp for tp in TP_DEGREES if arch.llm.supports_tp(tp)
+    return [tp for tp in (*TP_DEGREES, *RACK_TP) if arch.llm.supports_tp(tp)
             and tp in {1, *dev.kernels.allreduce.gpu_counts}
             and LatencyModel(arch, dev, tp).fits(pp)]
 
@@ -68,6 +68,10 @@ def ep_degrees(arch: ModelArch, dev: Device, tp: int, pp: int = 1) -> list[int]:
 
 
 DP_GROUPS = (2, 4, 8)  # attention-DP group sizes profiled (one node's GPUs)
+# past one node, where a rack's NVLink domain reaches and its collectives are built
+# (hastune.calibrate.aic_fabric.STRETCH): a TP degree, attention-DP groups
+RACK_TP = (16,)
+RACK_DP = (16, 32)
 
 
 def dp_degrees(arch: ModelArch, dev: Device) -> list[int]:
@@ -78,7 +82,7 @@ def dp_degrees(arch: ModelArch, dev: Device) -> list[int]:
         return []
     a2a = dev.kernels.extra("nccl_alltoall")
     counts = {*dev.kernels.allreduce.gpu_counts, *(a2a.gpu_counts if a2a is not None else ())}
-    return [n for n in DP_GROUPS if arch.llm.supports_ep(n) and n in counts
+    return [n for n in (*DP_GROUPS, *RACK_DP) if arch.llm.supports_ep(n) and n in counts
             and LatencyModel(arch, dev, 1, n).fits(1)]
 
 
@@ -94,9 +98,14 @@ def _kernel_source(dev: Device) -> dict | None:
            "engine": src.engine, "version": src.version, "gemm_dtype": src.gemm_dtype,
            "kv_dtype": src.kv_dtype, "moe_distribution": src.distribution,
            "measured_with": dev.kernels.hw.measured_with}
-    derived = src.derived_collectives(dev.kernels.hw.system)
+    system = dev.kernels.hw.system
+    derived = src.derived_collectives(system)
     if derived:
         out["collectives"] = derived
+    built = [tp for tp in RACK_TP if tp in dev.kernels.allreduce.gpu_counts
+             and tp in src.built_counts(system, "allreduce")]
+    if built:   # TP degrees whose all-reduce no table measured (hastune.caveats says so)
+        out["tp_built"] = ", ".join(map(str, built))
     return out
 
 

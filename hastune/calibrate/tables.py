@@ -58,13 +58,17 @@ def require_calibration(root: Path | None = None) -> Path:
 
 @dataclass(frozen=True)
 class KernelTable:
-    """One measured table: shapes (rows × columns) and latency in seconds."""
+    """One measured table: shapes (rows × columns) and latency in seconds. Rows past the
+    first `measured` (None: every row) were built from measured ones (a rack's collectives
+    past its tables' GPU counts, hastune.calibrate.aic_fabric): they are fitted on, never
+    held out, and do not move which measured rows are."""
 
     system: str
     kind: str
     columns: tuple[str, ...]
     shapes: np.ndarray
     latency_s: np.ndarray
+    measured: int | None = None
 
     def __len__(self) -> int:
         return len(self.latency_s)
@@ -73,16 +77,18 @@ class KernelTable:
         return self.shapes[:, self.columns.index(name)]
 
     def subset(self, mask: np.ndarray) -> KernelTable:
+        kept = None if self.measured is None else int(np.count_nonzero(mask[:self.measured]))
         return KernelTable(self.system, self.kind, self.columns, self.shapes[mask],
-                           self.latency_s[mask])
+                           self.latency_s[mask], kept)   # the measured rows still first
 
     def holdout_mask(self, fraction: float = HOLDOUT_FRACTION,
                      seed: int = HOLDOUT_SEED) -> np.ndarray:
-        """True for held-out rows: a fixed share, drawn per (system, kind) from `seed`."""
-        n = len(self)
+        """True for held-out rows: a fixed share of the measured rows, drawn per (system,
+        kind) from `seed`; a built row never."""
+        n = len(self) if self.measured is None else self.measured
         salt = zlib.crc32(f"{self.system}/{self.kind}".encode())
         order = np.random.default_rng([seed, salt]).permutation(n)
-        mask = np.zeros(n, dtype=bool)
+        mask = np.zeros(len(self), dtype=bool)
         mask[order[: int(round(fraction * n))]] = True
         return mask
 

@@ -355,9 +355,12 @@ class Evaluation:
         """What a result of `config` at `rate_rps` (and its `run`, if given) does not model
         (hastune.caveats); of the engine's, none on a profile measured on a device, which
         holds the engine it was measured on."""
-        from hastune.caveats import caveats, closed_loop
+        from hastune.caveats import built_tp, caveats, closed_loop
 
         out = closed_loop(run.extra) if run is not None else []
+        fit = self.profile.fit
+        out += built_tp(fit.kernel_source if fit is not None else None, self.profile.gpu,
+                        config)
         if not engine_terms.applies(self.profile):
             return out
         return caveats(self.terms_record, config, rate_rps, self.in_flight(rate_rps, run),

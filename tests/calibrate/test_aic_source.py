@@ -233,6 +233,7 @@ def test_without_the_package_the_error_says_how_to_install(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == aic.MODULE else real(name, *a))
     aic._table.cache_clear()
+    aic._with_twin.cache_clear()
     msg = _message(lambda: AicSource().table("h100_sxm", "gemm"))
     assert "pip install 'hastune[kernels]'" in msg
 
@@ -265,6 +266,7 @@ def test_only_kernel_tables_are_read(monkeypatch):
     """Every file AicSource opens is a kernel table under systems/data/ (or a system's
     yaml); nothing else of the package."""
     aic._table.cache_clear()
+    aic._with_twin.cache_clear()
     read: list[Path] = []
     real_read, real_yaml = aic._read.__wrapped__, aic._yaml.__wrapped__
     monkeypatch.setattr(aic, "_read", lambda p: read.append(p) or real_read(p))
