@@ -10,7 +10,8 @@ REPO is a clone (or bare git directory) of github.com/SemiAnalysisAI/InferenceX 
 The script reads `.github/configs/nvidia-master.yaml` (later `configs/nvidia-master.yaml`) at
 every commit that changed it up to --until, with yaml.safe_load; one output row is one
 (config entry, sequence lengths, concurrency, deployment), `valid_from` the commit date that
-first listed it and `valid_to` the one that dropped it (empty: still listed at --until).
+first listed it and `valid_to` the one that dropped it (empty: still listed at --until);
+`recipe` the file name of the multi-node recipe it names (CONFIG_FILE=…), empty where none.
 Without --write the counts are printed only.
 """
 
@@ -30,8 +31,8 @@ OUT = ROOT / "hastune" / "data" / "calibration" / "e2e" / "inferencex_disagg.csv
 PATHS = (".github/configs/nvidia-master.yaml", "configs/nvidia-master.yaml")
 COLUMNS = ("config", "model", "precision", "framework", "isl", "osl", "concurrency",
            "spec_decoding", "prefill_workers", "prefill_tp", "prefill_ep", "prefill_dp_attn",
-           "decode_workers", "decode_tp", "decode_ep", "decode_dp_attn", "valid_from",
-           "valid_to")
+           "decode_workers", "decode_tp", "decode_ep", "decode_dp_attn", "recipe",
+           "valid_from", "valid_to")
 
 
 def git(repo: str, *args: str) -> str:
@@ -54,6 +55,16 @@ def versions(repo: str, until: str) -> list[tuple[dt.datetime, str, str]]:
     return sorted(out)
 
 
+def recipe(*parts: dict) -> str:
+    """The file name of the multi-node recipe an entry runs (its `additional-settings`'
+    CONFIG_FILE=…, under prefill, decode or the entry itself), "" where none is named."""
+    for part in parts:
+        for item in part.get("additional-settings") or []:
+            if isinstance(item, str) and item.startswith("CONFIG_FILE="):
+                return item.split("=", 1)[1].rsplit("/", 1)[-1]
+    return ""
+
+
 def entries(text: str) -> set[tuple]:
     """The disaggregated deployments one version of the config lists, one per concurrency."""
     found = set()
@@ -68,7 +79,7 @@ def entries(text: str) -> set[tuple]:
                                lens["isl"], lens["osl"], c, sp.get("spec-decoding", "none"),
                                p.get("num-worker"), p.get("tp"), p.get("ep", 1),
                                bool(p.get("dp-attn")), d.get("num-worker"), d.get("tp"),
-                               d.get("ep", 1), bool(d.get("dp-attn"))))
+                               d.get("ep", 1), bool(d.get("dp-attn")), recipe(p, d, sp)))
     return found
 
 

@@ -11,7 +11,11 @@ every one it listed from 2025-11-03 to 2026-04-29, with when it listed it.
 
 `deployment(cell)` finds the row's: the entries of its model, precision, GPU, engine, lengths
 and concurrency with the row's prefill and decode TP, listed at any time from its measurement
-to a week after (a run of a pull request is measured before its config lands). Exactly one
+to a week after (a run of a pull request is measured before its config lands); the
+concurrency is the clients its benchmark ran, which for the H200 TensorRT-LLM recipes named
+per decode worker ("c4_ctx1_gen9_…") is the entry's concurrency × its decode workers
+(`clients_of`: 36 clients for conc 4 and 9 decode workers, as the recipe's benchmark says).
+Exactly one
 deployment must remain, without speculative decoding; anything else is Unmodelled, with the
 reason. Where the row's prefill and decode TP are one number above every TP the configs list
 for its cell (some GB200 runs measured 2025-12-05: "TP 36" for a cell whose configs list
@@ -78,6 +82,7 @@ def load(path: Path = TABLE) -> tuple[dict, ...]:
                 "decode_workers", "decode_tp", "decode_ep")},
                 "prefill_dp_attn": r["prefill_dp_attn"] == "True",
                 "decode_dp_attn": r["decode_dp_attn"] == "True",
+                "recipe": r.get("recipe") or "",
                 "valid_from": _when(r["valid_from"]),
                 "valid_to": _when(r["valid_to"]) if r["valid_to"] else None})
     return tuple(out)
@@ -92,6 +97,23 @@ def _side(r: dict, s: str) -> dict[str, int]:
                     attention_dp_size=tp, moe_tp_size=1, moe_ep_size=ep)
     return dict(num_workers=r[f"{s}_workers"], tp_size=tp, pp_size=1, attention_dp_size=1,
                 moe_tp_size=max(tp // max(ep, 1), 1), moe_ep_size=ep)
+
+
+# a multi-node recipe named for its concurrency per decode worker and its workers,
+# "c<conc>_ctx<prefill workers>_gen<decode workers>_…" (srt-slurm's recipes/trtllm/h200/…,
+# the H200 TensorRT-LLM entries of InferenceX's config): its benchmark runs conc × decode
+# workers clients (c4_ctx1_gen9_tep8_…_mtp0: `concurrencies: "36"`; c512_ctx2_gen7: "3584";
+# c4_ctx1_gen11_…_mtp3: "44"; 8k1k c256_ctx5_gen3: "768")
+_PER_WORKER = re.compile(r"^c(\d+)_ctx(\d+)_gen(\d+)_")
+
+
+def clients_of(r: dict) -> int:
+    """The clients a config entry's benchmark ran: its concurrency, or for a recipe named
+    per decode worker (`_PER_WORKER`) that times its decode workers."""
+    m = _PER_WORKER.match(r.get("recipe") or "")
+    if m and (int(m[1]), int(m[3])) == (r["concurrency"], r["decode_workers"]):
+        return r["concurrency"] * r["decode_workers"]
+    return r["concurrency"]
 
 
 def gpus(r: dict) -> int:
@@ -132,7 +154,7 @@ def deployment(cell: dict[str, str], table: tuple[dict, ...] | None = None
     listed = [r for r in (table if table is not None else load())
               if r["config"].startswith(f"{prefix}-{precision}-{gpu}-")
               and ENGINES.get(r["framework"].removeprefix("dynamo-")) == engine
-              and (r["isl"], r["osl"], r["concurrency"]) == (isl, osl, clients)]
+              and (r["isl"], r["osl"], clients_of(r)) == (isl, osl, clients)]
     live = [r for r in listed if not (r["valid_from"] > when + WINDOW or (
         r["valid_to"] is not None and r["valid_to"] <= when))]
     found = _keyed(r for r in live if (r["prefill_tp"], r["decode_tp"]) == (ptp, dtp))

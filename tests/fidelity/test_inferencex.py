@@ -299,3 +299,37 @@ def test_tp_columns_above_every_listed_tp_read_as_the_deployments_gpus(table, pi
         assert g["tp_size"] * g["attention_dp_size"] == want[f"{s}_tp"]
     assert sum(got[s]["num_workers"] * got[s]["tp_size"] * got[s]["attention_dp_size"]
                for s in ("prefill", "decode")) == n
+
+
+@settings(max_examples=200, deadline=None)
+@given(d=deployments(), day=st.floats(0, 60), named=st.sampled_from(["per-worker", "other",
+                                                                     "wrong", ""]))
+def test_a_recipe_named_per_decode_worker_runs_conc_times_its_workers(d, day, named):
+    """The H200 TensorRT-LLM recipes "c<conc>_ctx<P>_gen<D>_…" run conc × D clients (their
+    benchmark's `concurrencies`); any other recipe, or one whose name does not give this
+    entry's concurrency and decode workers, runs the entry's concurrency."""
+    d = d | {"spec_decoding": "none", "valid_from": T0, "valid_to": None,
+             "prefill_workers": max(d["prefill_workers"], 1),
+             "decode_workers": max(d["decode_workers"], 2)}
+    conc, dw = d["concurrency"], d["decode_workers"]
+    d["recipe"] = {"per-worker": f"c{conc}_ctx1_gen{dw}_tep8_batch32_eplb0_mtp0.yaml",
+                   "other": f"ctx1_gen{dw}_tep8_batch32_eplb0_mtp0_{conc}.yaml",
+                   "wrong": f"c{conc + 1}_ctx1_gen{dw}_tep8_batch32_eplb0_mtp0.yaml",
+                   "": ""}[named]
+    ran = conc * dw if named == "per-worker" else conc
+    assert ix.clients_of(d) == ran
+    got = ix.deployment(_row(d | {"concurrency": ran}, day), (d,))
+    assert got["decode"]["num_workers"] == dw
+    if ran != conc:   # the entry's own concurrency is not what its benchmark ran
+        with pytest.raises(ix.NotFound, match="no such deployment"):
+            ix.deployment(_row(d, day), (d,))
+
+
+def test_the_shipped_h200_recipes_ran_their_concurrency_times_their_decode_workers():
+    # srt-slurm recipes/trtllm/h200/1k1k/stp/c4_ctx1_gen9_tep8_batch256_eplb0_mtp0.yaml:
+    # benchmark `concurrencies: "36"`
+    (r,) = [r for r in ix.load() if r["recipe"].startswith("c4_ctx1_gen9_")
+            and r["isl"] == 1024 and r["valid_to"] is None]
+    assert (r["concurrency"], r["decode_workers"], ix.clients_of(r)) == (4, 9, 36)
+    assert all(ix.clients_of(r) == r["concurrency"] for r in ix.load()
+               if not r["config"].startswith("dsr1-fp8-h200-dynamo-trt"))
