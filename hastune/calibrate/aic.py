@@ -467,8 +467,8 @@ def _with_twin(src: AicSource, system: str, kind: str) -> KernelTable:
         except InputError:  # the twin lacks this source's dtype or a positive row
             pass
         else:
-            most = int(_yaml(src._system_yaml(system))["node"]["num_gpus_per_rack"])
-            shapes, lat, _ = extend(shapes, lat, theirs.shapes, theirs.latency_s, most)
+            shapes, lat, _ = extend(shapes, lat, theirs.shapes, theirs.latency_s,
+                                    rack(_yaml(src._system_yaml(system))))
     return KernelTable(system, kind, SPECS[kind].columns, shapes, lat,
                        own if len(lat) > own else None)
 

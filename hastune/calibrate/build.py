@@ -102,8 +102,7 @@ def _kernel_source(dev: Device) -> dict | None:
     derived = src.derived_collectives(system)
     if derived:
         out["collectives"] = derived
-    built = [tp for tp in RACK_TP if tp in dev.kernels.allreduce.gpu_counts
-             and tp in src.built_counts(system, "allreduce")]
+    built = [tp for tp in RACK_TP if tp in src.built_counts(system, "allreduce")]
     if built:   # TP degrees whose all-reduce no table measured (hastune.caveats says so)
         out["tp_built"] = ", ".join(map(str, built))
     return out
