@@ -15,14 +15,15 @@ to a week after (a run of a pull request is measured before its config lands); t
 concurrency is the clients its benchmark ran, which for the H200 TensorRT-LLM recipes named
 per decode worker ("c4_ctx1_gen9_…") is the entry's concurrency × its decode workers
 (`clients_of`: 36 clients for conc 4 and 9 decode workers, as the recipe's benchmark says).
-Exactly one
-deployment must remain, without speculative decoding; anything else is Unmodelled, with the
-reason. Where the row's prefill and decode TP are one number above every TP the configs list
-for its cell (some GB200 runs measured 2025-12-05: "TP 36" for a cell whose configs list
-prefill TP 4 and decode TP 8), the number is read as the deployment's GPUs: the entry whose
-workers × TP over both pools sum to it (36 = 1 × 4 + 4 × 8). The rule keys on
-silicon_data_source (the source and the model name it gives) and the row's own columns, never
-on its id."""
+Exactly one deployment must remain; anything else is Unmodelled, with the reason. Its
+speculative decoding, multi-token prediction (MTP), is modelled where the recipe's name gives
+its draft tokens per step ("…_mtp3": `nextn_of`, the decode pool's `nextn`;
+hastune.speculative), and Unmodelled where it does not. Where the row's prefill and decode TP
+are one number above every TP the configs list for its cell (some GB200 runs measured
+2025-12-05: "TP 36" for a cell whose configs list prefill TP 4 and decode TP 8), the number is
+read as the deployment's GPUs: the entry whose workers × TP over both pools sum to it (36 =
+1 × 4 + 4 × 8). The rule keys on silicon_data_source (the source and the model name it gives)
+and the row's own columns, never on its id."""
 
 from __future__ import annotations
 
@@ -116,17 +117,40 @@ def clients_of(r: dict) -> int:
     return r["concurrency"]
 
 
+# a TensorRT-LLM recipe names its multi-token prediction's draft tokens per step
+# ("…_eplb0_mtp3.yaml"): srt-slurm's recipes/dsr1-128k8k/gb200/
+# ctx1_ctx_pp8_gen1_tep8_batch1_eplb0_mtp3.yaml sets `speculative_config: {decoding_type:
+# MTP, num_nextn_predict_layers: 3}` and its decode `max_num_tokens: 4` (batch 1 × 3 + 1)
+_MTP = re.compile(r"_mtp(\d+)(?=[._\[]|$)")
+
+
+def nextn_of(r: dict) -> int | None:
+    """The draft tokens per decode step of a config entry's speculative decoding: 0 without
+    it (`spec_decoding` none), the count its recipe's name gives ("…_mtp3"), else None (not
+    known: SGLang's recipes set `speculative-num-steps` inside, not in the name)."""
+    if r["spec_decoding"] == "none":
+        return 0
+    m = _MTP.search(r.get("recipe") or "")
+    return int(m[1]) if r["spec_decoding"] == "mtp" and m else None
+
+
 def gpus(r: dict) -> int:
     """A config entry's GPUs: both pools' workers × TP."""
     return r["prefill_workers"] * r["prefill_tp"] + r["decode_workers"] * r["decode_tp"]
 
 
 def _keyed(entries) -> dict[tuple, dict]:
-    """Config entries by their deployment (speculative decoding, each pool's workers, EP and
-    attention-DP): one entry per distinct deployment."""
-    return {(r["spec_decoding"], *(r[f"{s}_{k}"] for s in ("prefill", "decode")
-                                   for k in ("workers", "ep", "dp_attn"))): r
+    """Config entries by their deployment (speculative decoding and its draft tokens, each
+    pool's workers, EP and attention-DP): one entry per distinct deployment."""
+    return {(r["spec_decoding"], nextn_of(r), *(r[f"{s}_{k}"] for s in ("prefill", "decode")
+                                                for k in ("workers", "ep", "dp_attn"))): r
             for r in entries}
+
+
+def _named(key: tuple) -> str:
+    """A deployment key (`_keyed`) as the reason names it."""
+    spec = key[0] if key[0] == "none" else f"{key[0]} {'?' if key[1] is None else key[1]}"
+    return f"{spec}: {key[2]} prefill + {key[5]} decode workers"
 
 
 def deployment(cell: dict[str, str], table: tuple[dict, ...] | None = None
@@ -168,16 +192,21 @@ def deployment(cell: dict[str, str], table: tuple[dict, ...] | None = None
         raise NotFound("no worker counts, and InferenceX's configs list no such deployment "
                        f"({what}, in the week from {when:%Y-%m-%d})")
     if len(found) > 1:
-        alts = "; ".join(f"{k[0]}: {k[1]} prefill + {k[4]} decode workers"
-                         for k in sorted(found, key=str))
+        alts = "; ".join(_named(k) for k in sorted(found, key=str))
         raise NotFound("no worker counts, and InferenceX's configs list several deployments "
                        f"of it: which one ran is not known ({what}; {alts})")
     (key, r), = found.items()
-    if key[0] != "none":
+    if key[0] not in ("none", "mtp"):
         raise NotFound(f"speculative decoding not modelled ({key[0]} in InferenceX's config "
                        f"of {what})")
+    if key[1] is None:
+        raise NotFound(f"speculative decoding with draft tokens not known ({key[0]} in "
+                       f"InferenceX's config of {what}: its recipe {r['recipe'] or '(none)'} "
+                       "does not name them)")
     if min(r["prefill_workers"], r["decode_workers"]) < 1:  # it lists a few such
         raise NotFound(f"no worker counts, and InferenceX's config lists a pool of no workers "
                        f"({what}: {r['prefill_workers']} prefill, {r['decode_workers']} "
                        "decode)")
-    return {s: _side(r, s) for s in ("prefill", "decode")}
+    out = {s: _side(r, s) for s in ("prefill", "decode")}
+    out["decode"]["nextn"] = key[1]  # draft tokens per decode step (0: no MTP)
+    return out

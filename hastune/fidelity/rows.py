@@ -76,6 +76,9 @@ class Case:
     # silicon_data_source: where the run came from ("" in a file without the column); the
     # benchmark-client rules key on it (hastune.fidelity.harness)
     source: str = ""
+    # a disaggregated run's decode workers' draft tokens a step (multi-token prediction;
+    # hastune.speculative): 0 without
+    nextn: int = 0
 
     @property
     def gpus(self) -> int:
@@ -315,7 +318,8 @@ def _disagg_case(row: dict, p: Path, line: int) -> Case:
         clients = int(m.group(1))
     pools = Pools(side["prefill"]["num_workers"], side["prefill"]["tp_size"], ep["prefill"],
                   d["num_workers"], d["tp_size"], ep["decode"], dp["prefill"], dp["decode"])
-    return Case(**fields, clients=clients, tp=pools.decode_tp, pools=pools)
+    return Case(**fields, clients=clients, tp=pools.decode_tp, pools=pools,
+                nextn=d.get("nextn", 0))
 
 
 # A quantized checkpoint's name ends in its format; its architecture is its base model's

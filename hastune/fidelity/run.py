@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from hastune import engine_terms as et
+from hastune import speculative
 from hastune.archs.fudg import FuDGConfig
 from hastune.archs.nodg import NoDGConfig
 from hastune.cluster import Cluster
@@ -253,19 +254,27 @@ def overdrawn(case: Case, prof: Profile) -> str | None:
 
 
 def simulate(case: Case, base: Profile, terms: et.EngineTerms | None, recipe: Recipe,
-             seed: int = 0, steady: bool = False, clients: str | None = None) -> Simulated:
+             seed: int = 0, steady: bool = False, clients: str | None = None,
+             layers: int = 0) -> Simulated:
     """One closed-loop run of the case's deployment (nodg, one replica of tp GPUs, or one
     per attention-DP rank; the engine's scheduler defaults; a disaggregated case:
     `fudg_config`) with `terms` on `base`
     (None: kernels only), its clients as `clients` (CLIENT_MODELS; None: as the case was
     measured, `client_model`). `steady`: the mean from where the steady state begins, as a
-    recipe's closed loop (hastune.sim.warmup)."""
+    recipe's closed loop (hastune.sim.warmup). A case whose decode workers predict several
+    tokens a step (`Case.nextn`) needs the model's `layers` (hastune.speculative)."""
     clients = clients or client_model(case, terms)
     if clients not in CLIENT_MODELS:
         raise ValueError(f"clients must be one of {CLIENT_MODELS}, not {clients!r}")
     if terms is not None:  # the server flags the run was measured with
         terms = replace(terms, scheduler=harness(case).scheduler(terms.scheduler))
     prof = et.apply(base, terms) if terms is not None else base
+    if case.nextn:  # the decode step per token, amortised over what a step yields
+        if layers < 1:
+            raise ValueError(f"{case.nextn} draft tokens a step (MTP): the model's layers are "
+                             "needed to time the step")
+        prof = speculative.apply(prof, speculative.Speculative(case.nextn, layers),
+                                 *((terms.iteration_s, terms.per_seq_s) if terms else ()))
     cluster: Cluster = recipe.cluster
     if case.pools is None and case.dp > 1:  # attention-DP: a replica per rank at TP 1, each
         # timed as one rank of the group (Profile.for_dp: its experts over all dp GPUs); the

@@ -30,6 +30,7 @@ from hastune.errors import InputError
 from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Row, read_rows
 from hastune.fidelity.run import overdrawn, recipe_for, simulate
+from hastune.model_ref import load_arch
 
 
 def score(path: str | Path, models: dict[str, str] | None = None,
@@ -87,6 +88,7 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
         key = (rec.model, c.weights, c.gpu, c.engine)
         if key not in profiles:
             profiles[key] = resolve(rec, quiet=True)[0]
+        layers = _layers(rec, profiles) if c.nextn else 0  # MTP's step needs them
     except (InputError, ValueError) as exc:
         return {**base, "gpu": c.gpu, "status": "unsupported", "reason": _why(exc),
                 **measured}
@@ -104,7 +106,7 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
     try:
         with warnings.catch_warnings():  # a run with no second token: its TPOT is nan
             warnings.simplefilter("ignore", RuntimeWarning)
-            s = simulate(c, prof, terms, rec)
+            s = simulate(c, prof, terms, rec, layers=layers)
     except ValueError as exc:  # the profile lacks what the row needs (a TP degree, …)
         return {**base, "gpu": c.gpu, "status": "unsupported", "reason": _why(exc),
                 **measured}
@@ -119,6 +121,14 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
     return {**base, "gpu": c.gpu, "status": "scored", "reason": note,
             "ttft_ms": {"measured": c.ttft_ms, "simulated": s.ttft_ms},
             "tpot_ms": {"measured": c.tpot_ms, "simulated": s.tpot_ms}}
+
+
+def _layers(rec, cache: dict) -> int:
+    """The layers of the recipe's model (its LLM's), read once per model."""
+    key = ("layers", rec.model)
+    if key not in cache:
+        cache[key] = load_arch(rec).llm.layers
+    return cache[key]
 
 
 def _why(exc: Exception) -> str:

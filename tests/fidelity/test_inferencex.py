@@ -3,9 +3,10 @@ and 2): hastune.fidelity.inferencex and scripts/inferencex_deployments.py.
 
 - On generated tables of deployments and rows: a row finds the one deployment listed for its
   model, precision, GPU, engine, lengths, concurrency and TPs in the week from its measurement,
-  as the pools fudg runs (attention-DP ranks or a TP group, workers, GPUs); a second listed
-  deployment, speculative decoding, a date outside the window, another TP or concurrency is
-  NotFound with the reason, counted under one cause by `--shipped`.
+  as the pools fudg runs (attention-DP ranks or a TP group, workers, GPUs) and the MTP drafts
+  its recipe's name gives ("…_mtp3"); a second listed deployment (MTP entries apart only in
+  their drafts are two), MTP whose drafts no name gives, a date outside the window, another
+  TP or concurrency is NotFound with the reason, counted under one cause by `--shipped`.
 - The builder, on a generated git history of the config, lists each deployment from the
   commit that added it to the one that dropped it; the shipped table reads, and its rows are
   deployments fudg can size.
@@ -48,6 +49,9 @@ def deployments(draw) -> dict:
            "osl": draw(st.sampled_from([1024, 8192])),
            "concurrency": draw(st.sampled_from([1, 4, 64, 512])),
            "spec_decoding": draw(st.sampled_from(["none", "none", "mtp"])),
+           "recipe": draw(st.sampled_from(["", "x.yaml", "ctx1_gen2_tep8_batch4_eplb0_mtp1"
+                                           ".yaml", "ctx1_gen3_dep8_mtp3.yaml", "a_mtp2",
+                                           "low-latency-1p9d-mtp.yaml"])),
            "valid_from": T0 + dt.timedelta(days=a),
            "valid_to": None if b is None else T0 + dt.timedelta(days=b)}
     for s in ("prefill", "decode"):
@@ -86,9 +90,17 @@ def _same_run(a: dict, b: dict) -> bool:
                                       "decode_tp"))
 
 
+def _drafts(d: dict) -> int | None:
+    """The draft tokens of a generated entry: 0 without MTP, else the recipe's `_mtp<N>`."""
+    if d["spec_decoding"] == "none":
+        return 0
+    return {"ctx1_gen2_tep8_batch4_eplb0_mtp1.yaml": 1, "ctx1_gen3_dep8_mtp3.yaml": 3,
+            "a_mtp2": 2}.get(d["recipe"])
+
+
 def _deployment(d: dict) -> tuple:
-    return (d["spec_decoding"], *(d[f"{s}_{k}"] for s in ("prefill", "decode")
-                                  for k in ("workers", "ep", "dp_attn")))
+    return (d["spec_decoding"], _drafts(d), *(d[f"{s}_{k}"] for s in ("prefill", "decode")
+                                              for k in ("workers", "ep", "dp_attn")))
 
 
 @settings(max_examples=300, deadline=None)
@@ -105,20 +117,22 @@ def test_a_row_finds_the_one_deployment_listed_for_it(table, pick, day):
         assert shipped.cause(f"disagg: {reason}") in {
             "disagg: no worker counts, and InferenceX's configs list no such deployment",
             "disagg: no worker counts, and InferenceX's configs list several deployments of "
-            "it: which one ran is not known", "disagg: speculative decoding not modelled",
+            "it: which one ran is not known",
+            "disagg: speculative decoding with draft tokens not known",
             "disagg: no worker counts, and InferenceX's config lists a pool of no workers"}
         if not live:
             assert "no such deployment" in reason
-        elif len(live) > 1:
+        elif len(live) > 1:  # two MTP entries apart only in their drafts are two
             assert "several deployments" in reason
             assert reason.count(" prefill + ") == len(live)
-        elif next(iter(live))[0] != "none":
-            assert "speculative decoding" in reason
+        elif next(iter(live))[1] is None:
+            assert "draft tokens not known" in reason
         else:  # the one deployment has a pool of no workers
             (only,) = live
-            assert "no workers" in reason and 0 in (only[1], only[4])
+            assert "no workers" in reason and 0 in (only[2], only[5])
         return
-    assert len(live) == 1 and next(iter(live))[0] == "none"
+    (want_key,) = live
+    assert want_key[1] is not None and got["decode"].pop("nextn") == want_key[1]
     (want,) = [t for t in table if _same_run(t, d) and _listed(t, day)][:1]
     assert min(want["prefill_workers"], want["decode_workers"]) >= 1
     for s in ("prefill", "decode"):
@@ -136,18 +150,19 @@ def test_a_row_finds_the_one_deployment_listed_for_it(table, pick, day):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(d=deployments(), day=st.floats(0, 60))
 def test_a_found_deployment_runs_as_fudg_pools(monkeypatch, d, day):
-    """Through rows: the row's case has the config's workers, ranks and TPs, and the clients
-    its source states; or it is Unmodelled with the finder's reason."""
+    """Through rows: the row's case has the config's workers, ranks and TPs, its MTP drafts,
+    and the clients its source states; or it is Unmodelled with the finder's reason."""
     d = {**d, "valid_from": T0 + dt.timedelta(days=day), "valid_to": None}
     monkeypatch.setattr(ix, "load", lambda path=ix.TABLE: (d,))
     row = _row(d, day)
     try:
         case = _disagg_case(row, Path("runs.csv"), 2)
     except Unmodelled as exc:
-        assert ("speculative decoding" in str(exc)) == (d["spec_decoding"] != "none")
-        assert ("no workers" in str(exc)) == (d["spec_decoding"] == "none")
+        assert ("speculative decoding" in str(exc)) == (_drafts(d) is None)
+        assert ("no workers" in str(exc)) == (_drafts(d) is not None)
         return
-    assert d["spec_decoding"] == "none" and min(d["prefill_workers"], d["decode_workers"]) >= 1
+    assert _drafts(d) is not None and min(d["prefill_workers"], d["decode_workers"]) >= 1
+    assert case.nextn == _drafts(d)  # MTP's drafts a decode step, as the recipe names them
     p = case.pools
     for s in ("prefill", "decode"):
         dp = d[f"{s}_tp"] if d[f"{s}_dp_attn"] else 1
