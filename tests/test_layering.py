@@ -40,6 +40,7 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
                          "hastune.goodput", "hastune.repeats", "hastune.stability",
                          "hastune.engine_fitted", "hastune.engine_terms", "hastune.caveats",
                          "hastune.regimes",  # a result's measured error by regime (issue 36)
+                         "hastune.speculative",  # MTP's decode step per token (issue 36)
                          "hastune.worklimit", "hastune.standin",
                          "hastune.cost")),  # prices and the objective (issue 37)
     # device primitives with torch passed in (green contexts): nothing of hastune
