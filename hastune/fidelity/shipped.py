@@ -31,6 +31,7 @@ from hastune.fidelity.harness import harness
 from hastune.fidelity.rows import Row, read_rows
 from hastune.fidelity.run import overdrawn, recipe_for, simulate
 from hastune.model_ref import load_arch
+from hastune.speculative import Speculative
 
 
 def score(path: str | Path, models: dict[str, str] | None = None,
@@ -103,6 +104,12 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
         if terms.gpu != c.gpu:
             note = (f"no terms fitted on {c.gpu} for {c.engine}: the engine's pooled ones "
                     f"({terms.fitted_on or 'none'})")
+    if c.nextn:  # what the decode pools ran, said beside the figures
+        spec = Speculative(c.nextn, layers) if layers else None
+        mtp = (f"decode pools run MTP, {c.nextn} draft token{'s' if c.nextn > 1 else ''} a "
+               f"step, {spec.tokens:.4g} tokens kept a step (hastune.speculative: "
+               "aiconfigurator's default acceptance)") if spec else None
+        note = "; ".join(x for x in (note, mtp) if x) or None
     try:
         with warnings.catch_warnings():  # a run with no second token: its TPOT is nan
             warnings.simplefilter("ignore", RuntimeWarning)

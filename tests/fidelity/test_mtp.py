@@ -6,11 +6,15 @@
   profile (hastune.speculative, engine terms on), at the mean context: the drafts change the
   decode step and nothing else; its TTFT is the same.
 - A case with drafts and no layer count is refused (the step needs them), not run plain.
+- Through `--shipped`, an InferenceX row whose config entry's recipe names `_mtp3` scores
+  with a TPOT about the step's factor below the same row of an `_mtp0` entry, its reason
+  saying what the decode pools ran.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime as dt
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +25,8 @@ from hypothesis import strategies as st
 from hastune import engine_terms as et
 from hastune import speculative as sp
 from hastune.evaluators.profile import resolve_profile
+from hastune.fidelity import inferencex as ix
+from hastune.fidelity import shipped
 from hastune.fidelity.rows import read_rows
 from hastune.fidelity.run import recipe_for, simulate
 
@@ -73,3 +79,46 @@ def test_drafts_without_layers_are_refused(tmp_path):
     prof = resolve_profile(rec, quiet=True)[0]
     with pytest.raises(ValueError, match="layers are needed"):
         simulate(replace(case, nextn=2), prof, et.for_profile(rec.engine, prof), rec)
+
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _entry(recipe: str) -> dict:
+    """An InferenceX config entry of Llama-70B on H200 TensorRT-LLM, 1 + 1 workers at TP 2."""
+    return {"config": "llama70b-fp8-h200-dynamo-trt", "model": "m", "precision": "fp8",
+            "framework": "dynamo-trt", "isl": 512, "osl": 32, "concurrency": 2,
+            "spec_decoding": "none" if recipe.endswith("mtp0.yaml") else "mtp",
+            "prefill_workers": 1, "prefill_tp": 2, "prefill_ep": 1, "prefill_dp_attn": False,
+            "decode_workers": 1, "decode_tp": 2, "decode_ep": 1, "decode_dp_attn": False,
+            "recipe": recipe, "valid_from": T0, "valid_to": None}
+
+
+def test_an_inferencex_row_runs_the_drafts_its_recipe_names(tmp_path, monkeypatch):
+    """Through `--shipped`: the row of an entry whose recipe says `_mtp3` scores with a shorter
+    TPOT than the same row of an `_mtp0` entry, by about the step's factor, its reason saying
+    what the decode pools ran; the prefill side is the same."""
+    row = {**BASE, "id": "ix", "silicon_data_source": "source_file=2026-04-06.csv; "
+           "model=Llama-3.1-70B; silicon_concurrency=2; measured=2026-01-01T00:00:00Z",
+           "model_path": "meta-llama/Llama-3.1-70B", "system": "h200_sxm", "precision": "fp8",
+           "mode": "disagg", "isl": "512", "osl": "32", "batch_size": "", "tp_size": "",
+           "prefill_tp_size": "2", "decode_tp_size": "2", "prefill_num_workers": "",
+           "decode_num_workers": "", "decode_batch_size": ""}
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, list(row))
+        w.writeheader()
+        w.writerow(row)
+    got = {}
+    for recipe in ("ctx1_gen1_tep2_batch2_eplb0_mtp0.yaml",
+                   "ctx1_gen1_tep2_batch2_eplb0_mtp3.yaml"):
+        monkeypatch.setattr(ix, "load", lambda path=ix.TABLE, e=_entry(recipe): (e,))
+        (out,) = shipped.score(path)["rows"]
+        assert out["status"] == "scored", out["reason"]
+        got[recipe[-9:-5]] = out
+    plain, mtp = got["mtp0"], got["mtp3"]
+    assert "MTP" not in (plain["reason"] or "")
+    assert "MTP, 3 draft tokens a step" in mtp["reason"]
+    ratio = mtp["tpot_ms"]["simulated"] / plain["tpot_ms"]["simulated"]
+    assert 0.3 < ratio < 0.75  # (L + 3)/L · (kernels of 4 tokens a sequence) over 2.105 tokens
+    assert mtp["ttft_ms"]["simulated"] == pytest.approx(plain["ttft_ms"]["simulated"], rel=0.05)
