@@ -36,10 +36,12 @@ from hastune.speculative import Speculative
 
 def score(path: str | Path, models: dict[str, str] | None = None,
           only: Callable[[Row], bool] | None = None,
-          progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
-    """Every row of `path` with the shipped terms: {"rows": [...], "engines": {engine:
-    summary} (every row), "modes": {"agg" | "disagg": {"rows", "scored", "coverage",
-    "engines": {engine: summary}}} (each mode on its own), "coverage", "wall_s"}."""
+          progress: Callable[[str, int, int], None] | None = None,
+          terms: bool = True) -> dict[str, Any]:
+    """Every row of `path` with the shipped terms (`terms` False: the kernels alone, with the
+    engines' scheduler defaults): {"rows": [...], "engines": {engine: summary} (every row),
+    "modes": {"agg" | "disagg": {"rows", "scored", "coverage", "engines": {engine: summary}}}
+    (each mode on its own), "coverage", "wall_s"}."""
     from hastune.evaluators.profile import resolve_profile
 
     t0 = time.perf_counter()
@@ -50,12 +52,12 @@ def score(path: str | Path, models: dict[str, str] | None = None,
     for i, r in enumerate(rows):
         if progress:
             progress("simulating (shipped terms)", i, len(rows))
-        out.append(_row(r, path, models or {}, profiles, resolve_profile))
+        out.append(_row(r, path, models or {}, profiles, resolve_profile, terms))
     scored = [o for o in out if o["status"] == "scored"]
     by_engine: dict[str, list[dict]] = defaultdict(list)
     for o in out:
         by_engine[o["engine"]].append(o)
-    return {"file": str(path), "terms": "shipped", "rows": out,
+    return {"file": str(path), "terms": "shipped" if terms else "none", "rows": out,
             "coverage": len(scored) / len(out) if out else 0.0,
             "engines": {e: summary(v) for e, v in sorted(by_engine.items())},
             "modes": modes(out), "wall_s": time.perf_counter() - t0}
@@ -76,7 +78,8 @@ def modes(rows: list[dict]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) -> dict:
+def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve,
+         with_terms: bool = True) -> dict:
     base = {"id": r.id, "engine": r.engine, "model": r.model, "gpu": r.system,
             "mode": r.mode, "line": r.line}
     measured = {"ttft_ms": {"measured": r.ttft_ms, "simulated": None},
@@ -94,7 +97,7 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve) ->
         return {**base, "gpu": c.gpu, "status": "unsupported", "reason": _why(exc),
                 **measured}
     prof = profiles[key]
-    terms = et.for_profile(rec.engine, prof)
+    terms = et.for_profile(rec.engine, prof) if with_terms else None
     note = None
     if terms is None:
         note = ("the engine terms are off for this profile (measured on a device, or turned "

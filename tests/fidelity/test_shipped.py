@@ -148,3 +148,26 @@ def test_a_model_is_found_in_aiconfigurators_packaged_configs():
     assert p is not None and p.name == "Qwen--Qwen3-32B_config.json"  # [kernels] extra
     assert model_dir("Qwen/Qwen3-32B", {}, FILE) == str(p)
     assert aic_model_config("../etc/passwd") is None and aic_model_config("x") is None
+
+
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(picks=st.lists(st.integers(0, len(ROWS) - 1), min_size=1, max_size=3, unique=True))
+def test_terms_off_simulates_the_kernels_alone(tmp_path, picks):
+    """`score(terms=False)` (benchmarks/fidelity_cpu_floor.py): each row as `simulate` runs it
+    with no terms, said in its reason; the same rows with the terms differ."""
+    from hastune.evaluators.profile import resolve_profile
+    from hastune.fidelity.run import recipe_for, simulate
+
+    path = tmp_path / "runs.csv"
+    _write(path, [ROWS[i] for i in picks])
+    off, on = shipped.score(path, terms=False), shipped.score(path)
+    assert off["terms"] == "none" and on["terms"] == "shipped"
+    cases = read_cases(path)
+    for c, a, b in zip(cases, off["rows"], on["rows"]):
+        assert a["status"] == "scored" and "kernels alone" in a["reason"]
+        rec = recipe_for(c, {}, path)
+        want = simulate(c, resolve_profile(rec, quiet=True)[0], None, rec)
+        assert a["tpot_ms"]["simulated"] == pytest.approx(want.tpot_ms, rel=1e-9)
+        assert a["ttft_ms"]["simulated"] == pytest.approx(want.ttft_ms, rel=1e-9)
+        assert a["tpot_ms"]["simulated"] != pytest.approx(b["tpot_ms"]["simulated"], rel=1e-6)
