@@ -157,7 +157,8 @@ def deployment(cell: dict[str, str], table: tuple[dict, ...] | None = None
                ) -> dict[str, dict[str, int]]:
     """{"prefill": columns, "decode": columns} of the row's run as its config lists it (the
     columns `rows._disagg_case` reads: num_workers, tp_size, pp_size, attention_dp_size,
-    moe_tp_size, moe_ep_size); NotFound with the reason otherwise."""
+    moe_tp_size, moe_ep_size; the decode pool's `nextn` too, MTP's draft tokens a step, 0
+    without); NotFound with the reason otherwise."""
     source = cell.get("silicon_data_source", "")
     fields = {k: v.strip() for k, v in _FIELD.findall(source)}
     prefix = PREFIXES.get(_norm(fields.get("model", "")))
