@@ -11,7 +11,8 @@ The script reads `.github/configs/nvidia-master.yaml` (later `configs/nvidia-mas
 every commit that changed it up to --until, with yaml.safe_load; one output row is one
 (config entry, sequence lengths, concurrency, deployment), `valid_from` the commit date that
 first listed it and `valid_to` the one that dropped it (empty: still listed at --until);
-`recipe` the file name of the multi-node recipe it names (CONFIG_FILE=…), empty where none.
+`recipe` the file name of the multi-node recipe it names (CONFIG_FILE=…), empty where none;
+`drafts` the MTP draft tokens a step its settings give (DECODE_MTP_SIZE=…), empty where none.
 Without --write the counts are printed only.
 """
 
@@ -31,7 +32,7 @@ OUT = ROOT / "hastune" / "data" / "calibration" / "e2e" / "inferencex_disagg.csv
 PATHS = (".github/configs/nvidia-master.yaml", "configs/nvidia-master.yaml")
 COLUMNS = ("config", "model", "precision", "framework", "isl", "osl", "concurrency",
            "spec_decoding", "prefill_workers", "prefill_tp", "prefill_ep", "prefill_dp_attn",
-           "decode_workers", "decode_tp", "decode_ep", "decode_dp_attn", "recipe",
+           "decode_workers", "decode_tp", "decode_ep", "decode_dp_attn", "recipe", "drafts",
            "valid_from", "valid_to")
 
 
@@ -65,6 +66,17 @@ def recipe(*parts: dict) -> str:
     return ""
 
 
+def drafts(*parts: dict) -> int | str:
+    """The MTP draft tokens a step an entry sets in its `additional-settings`
+    (DECODE_MTP_SIZE=N, how entries that name no recipe set them), "" where none is set."""
+    for part in parts:
+        for item in part.get("additional-settings") or []:
+            if isinstance(item, str) and item.startswith("DECODE_MTP_SIZE="):
+                n = item.split("=", 1)[1].strip()
+                return int(n) if n.isdigit() else ""
+    return ""
+
+
 def entries(text: str) -> set[tuple]:
     """The disaggregated deployments one version of the config lists, one per concurrency."""
     found = set()
@@ -79,7 +91,8 @@ def entries(text: str) -> set[tuple]:
                                lens["isl"], lens["osl"], c, sp.get("spec-decoding", "none"),
                                p.get("num-worker"), p.get("tp"), p.get("ep", 1),
                                bool(p.get("dp-attn")), d.get("num-worker"), d.get("tp"),
-                               d.get("ep", 1), bool(d.get("dp-attn")), recipe(p, d, sp)))
+                               d.get("ep", 1), bool(d.get("dp-attn")), recipe(p, d, sp),
+                               drafts(d, p, sp)))
     return found
 
 

@@ -16,14 +16,14 @@ concurrency is the clients its benchmark ran, which for the H200 TensorRT-LLM re
 per decode worker ("c4_ctx1_gen9_…") is the entry's concurrency × its decode workers
 (`clients_of`: 36 clients for conc 4 and 9 decode workers, as the recipe's benchmark says).
 Exactly one deployment must remain; anything else is Unmodelled, with the reason. Its
-speculative decoding, multi-token prediction (MTP), is modelled where the recipe's name gives
-its draft tokens per step ("…_mtp3": `nextn_of`, the decode pool's `nextn`;
-hastune.speculative), and Unmodelled where it does not. Where the row's prefill and decode TP
-are one number above every TP the configs list for its cell (some GB200 runs measured
-2025-12-05: "TP 36" for a cell whose configs list prefill TP 4 and decode TP 8), the number is
-read as the deployment's GPUs: the entry whose workers × TP over both pools sum to it (36 =
-1 × 4 + 4 × 8). The rule keys on silicon_data_source (the source and the model name it gives)
-and the row's own columns, never on its id."""
+speculative decoding, multi-token prediction (MTP), is modelled where the entry's settings
+(DECODE_MTP_SIZE=3) or its recipe's name ("…_mtp3") give its draft tokens per step
+(`nextn_of`, the decode pool's `nextn`; hastune.speculative), and Unmodelled where neither
+does. Where the row's prefill and decode TP are one number above every TP the configs list for
+its cell (some GB200 runs measured 2025-12-05: "TP 36" for a cell whose configs list prefill
+TP 4 and decode TP 8), the number is read as the deployment's GPUs: the entry whose workers ×
+TP over both pools sum to it (36 = 1 × 4 + 4 × 8). The rule keys on silicon_data_source (the
+source and the model name it gives) and the row's own columns, never on its id."""
 
 from __future__ import annotations
 
@@ -84,6 +84,7 @@ def load(path: Path = TABLE) -> tuple[dict, ...]:
                 "prefill_dp_attn": r["prefill_dp_attn"] == "True",
                 "decode_dp_attn": r["decode_dp_attn"] == "True",
                 "recipe": r.get("recipe") or "",
+                "drafts": int(r["drafts"]) if (r.get("drafts") or "").strip() else None,
                 "valid_from": _when(r["valid_from"]),
                 "valid_to": _when(r["valid_to"]) if r["valid_to"] else None})
     return tuple(out)
@@ -126,12 +127,18 @@ _MTP = re.compile(r"_mtp(\d+)(?=[._\[]|$)")
 
 def nextn_of(r: dict) -> int | None:
     """The draft tokens per decode step of a config entry's speculative decoding: 0 without
-    it (`spec_decoding` none), the count its recipe's name gives ("…_mtp3"), else None (not
-    known: SGLang's recipes set `speculative-num-steps` inside, not in the name)."""
+    it (`spec_decoding` none); the count its settings give (`drafts`: DECODE_MTP_SIZE=3, how
+    the entries that name no recipe set it), else the count its recipe's name gives
+    ("…_mtp3"); else None (not known: SGLang's recipes set `speculative-num-steps` inside,
+    not in the name)."""
     if r["spec_decoding"] == "none":
         return 0
+    if r["spec_decoding"] != "mtp":
+        return None
+    if r.get("drafts") is not None:
+        return r["drafts"]
     m = _MTP.search(r.get("recipe") or "")
-    return int(m[1]) if r["spec_decoding"] == "mtp" and m else None
+    return int(m[1]) if m else None
 
 
 def gpus(r: dict) -> int:

@@ -52,6 +52,7 @@ def deployments(draw) -> dict:
            "recipe": draw(st.sampled_from(["", "x.yaml", "ctx1_gen2_tep8_batch4_eplb0_mtp1"
                                            ".yaml", "ctx1_gen3_dep8_mtp3.yaml", "a_mtp2",
                                            "low-latency-1p9d-mtp.yaml"])),
+           "drafts": draw(st.sampled_from([None, None, 1, 3])),
            "valid_from": T0 + dt.timedelta(days=a),
            "valid_to": None if b is None else T0 + dt.timedelta(days=b)}
     for s in ("prefill", "decode"):
@@ -91,9 +92,12 @@ def _same_run(a: dict, b: dict) -> bool:
 
 
 def _drafts(d: dict) -> int | None:
-    """The draft tokens of a generated entry: 0 without MTP, else the recipe's `_mtp<N>`."""
+    """The draft tokens of a generated entry: 0 without MTP, else what its settings set
+    (DECODE_MTP_SIZE), else the recipe's `_mtp<N>`."""
     if d["spec_decoding"] == "none":
         return 0
+    if d.get("drafts") is not None:
+        return d["drafts"]
     return {"ctx1_gen2_tep8_batch4_eplb0_mtp1.yaml": 1, "ctx1_gen3_dep8_mtp3.yaml": 3,
             "a_mtp2": 2}.get(d["recipe"])
 
@@ -348,3 +352,37 @@ def test_the_shipped_h200_recipes_ran_their_concurrency_times_their_decode_worke
     assert (r["concurrency"], r["decode_workers"], ix.clients_of(r)) == (4, 9, 36)
     assert all(ix.clients_of(r) == r["concurrency"] for r in ix.load()
                if not r["config"].startswith("dsr1-fp8-h200-dynamo-trt"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 5), where=st.sampled_from(["decode", "prefill", "entry", None]),
+       named=st.sampled_from(["", "ctx1_gen4_tep8_batch32_eplb0_mtp2.yaml"]),
+       spec=st.sampled_from(["mtp", "none"]))
+def test_the_builder_records_the_drafts_an_entry_sets(tmp_path_factory, n, where, named, spec):
+    """An entry that sets DECODE_MTP_SIZE=N (in its decode, prefill or own settings) is listed
+    with N drafts; read back, an MTP entry runs N drafts a step, before any count its recipe's
+    name gives; without the setting, the name's count; a plain entry none."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import inferencex_deployments as build
+
+    sp = {"conc-list": [4], "spec-decoding": spec,
+          "prefill": {"num-worker": 1, "tp": 4, "ep": 4, "dp-attn": True},
+          "decode": {"num-worker": 2, "tp": 8, "ep": 8, "dp-attn": False}}
+    settings_ = [f"CONFIG_FILE=recipes/x/{named}"] if named else []
+    if where is not None:
+        settings_.append(f"DECODE_MTP_SIZE={n}")
+    target = sp if where == "entry" else sp[where] if where else sp["decode"]
+    target["additional-settings"] = settings_
+    text = yaml.safe_dump({"dsr1-fp8-b200-dynamo-trt": {
+        "model": "m", "precision": "fp8", "framework": "dynamo-trt", "disagg": True,
+        "seq-len-configs": [{"isl": 1024, "osl": 1024, "search-space": [sp]}]}})
+    (row,) = build.entries(text)
+    assert row[-1] == (n if where is not None else "")
+    out = tmp_path_factory.mktemp("out") / "t.csv"
+    with out.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(build.COLUMNS)
+        w.writerow((*row, "2026-01-01T00:00:00+00:00", ""))
+    (entry,) = ix.load(out)
+    want = (0 if spec == "none" else n if where is not None else 2 if named else None)
+    assert ix.nextn_of(entry) == want
