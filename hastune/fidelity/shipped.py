@@ -108,11 +108,10 @@ def _row(r: Row, path: Path, models: dict[str, str], profiles: dict, resolve,
             note = (f"no terms fitted on {c.gpu} for {c.engine}: the engine's pooled ones "
                     f"({terms.fitted_on or 'none'})")
     if c.nextn:  # what the decode pools ran, said beside the figures
-        spec = Speculative(c.nextn, layers) if layers else None
         mtp = (f"decode pools run MTP, {c.nextn} draft token{'s' if c.nextn > 1 else ''} a "
-               f"step, {spec.tokens:.4g} tokens kept a step (hastune.speculative: "
-               "aiconfigurator's default acceptance)") if spec else None
-        note = "; ".join(x for x in (note, mtp) if x) or None
+               f"step, {Speculative(c.nextn, layers).tokens:.4g} tokens kept a step "
+               "(hastune.speculative: aiconfigurator's default acceptance)")
+        note = f"{note}; {mtp}" if note else mtp
     try:
         with warnings.catch_warnings():  # a run with no second token: its TPOT is nan
             warnings.simplefilter("ignore", RuntimeWarning)
