@@ -37,17 +37,22 @@ BASE = next(r for r in csv.DictReader(FILE.open())
 LAYERS = 32  # Llama-3.1-8B's
 
 
+def _write(path: Path, row: dict) -> Path:
+    """A one-row file of measured runs."""
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, list(row))
+        w.writeheader()
+        w.writerow(row)
+    return path
+
+
 def _case(tmp: Path, tp: int, isl: int, osl: int):
     pool = {"num_workers": "1", "tp_size": str(tp), "pp_size": "1", "attention_dp_size": "1",
             "moe_tp_size": str(tp), "moe_ep_size": "1"}
     row = {**BASE, "id": "m", "mode": "disagg", "batch_size": "", "tp_size": "",
            "isl": str(isl), "osl": str(osl), "decode_batch_size": "1",
            **{f"{s}_{k}": v for s in ("prefill", "decode") for k, v in pool.items()}}
-    path = tmp / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, list(row))
-        w.writeheader()
-        w.writerow(row)
+    path = _write(tmp / "runs.csv", row)
     (r,) = read_rows(path)
     assert r.case is not None, r.reason
     return r.case, path
@@ -104,11 +109,7 @@ def test_an_inferencex_row_runs_the_drafts_its_recipe_names(tmp_path, monkeypatc
            "mode": "disagg", "isl": "512", "osl": "32", "batch_size": "", "tp_size": "",
            "prefill_tp_size": "2", "decode_tp_size": "2", "prefill_num_workers": "",
            "decode_num_workers": "", "decode_batch_size": ""}
-    path = tmp_path / "runs.csv"
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, list(row))
-        w.writeheader()
-        w.writerow(row)
+    path = _write(tmp_path / "runs.csv", row)
     got = {}
     for recipe in ("ctx1_gen1_tep2_batch2_eplb0_mtp0.yaml",
                    "ctx1_gen1_tep2_batch2_eplb0_mtp3.yaml"):
