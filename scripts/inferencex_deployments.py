@@ -56,25 +56,28 @@ def versions(repo: str, until: str) -> list[tuple[dt.datetime, str, str]]:
     return sorted(out)
 
 
+def setting(name: str, *parts: dict) -> str | None:
+    """The value of `name`=… in the first of `parts` (prefill, decode, the entry itself)
+    whose `additional-settings` set it; None where none does."""
+    for part in parts:
+        for item in part.get("additional-settings") or []:
+            if isinstance(item, str) and item.startswith(f"{name}="):
+                return item.split("=", 1)[1]
+    return None
+
+
 def recipe(*parts: dict) -> str:
     """The file name of the multi-node recipe an entry runs (its `additional-settings`'
     CONFIG_FILE=…, under prefill, decode or the entry itself), "" where none is named."""
-    for part in parts:
-        for item in part.get("additional-settings") or []:
-            if isinstance(item, str) and item.startswith("CONFIG_FILE="):
-                return item.split("=", 1)[1].rsplit("/", 1)[-1]
-    return ""
+    path = setting("CONFIG_FILE", *parts)
+    return "" if path is None else path.rsplit("/", 1)[-1]
 
 
 def drafts(*parts: dict) -> int | str:
     """The MTP draft tokens a step an entry sets in its `additional-settings`
     (DECODE_MTP_SIZE=N, how entries that name no recipe set them), "" where none is set."""
-    for part in parts:
-        for item in part.get("additional-settings") or []:
-            if isinstance(item, str) and item.startswith("DECODE_MTP_SIZE="):
-                n = item.split("=", 1)[1].strip()
-                return int(n) if n.isdigit() else ""
-    return ""
+    n = (setting("DECODE_MTP_SIZE", *parts) or "").strip()
+    return int(n) if n.isdigit() else ""
 
 
 def entries(text: str) -> set[tuple]:
